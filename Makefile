@@ -1,0 +1,37 @@
+# Herald's two commands are `make run` and `make test`; the rest are their parts.
+GO       ?= go
+FUZZTIME ?= 3s
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: run test build test-go fuzz-short bench bench-changefeed clean
+
+## run: start a private Postgres with a demo table that changes now and then, and stream its changes
+run: build
+	scripts/demo
+
+## test: every test, against a private Postgres and Redis that scripts/testenv starts and stops
+test:
+	scripts/testenv run -- $(MAKE) --no-print-directory test-go
+
+build:
+	$(GO) build -o bin/herald ./cmd/herald
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 10m ./...
+	FUZZTIME=$(FUZZTIME) scripts/fuzz
+
+## fuzz-short: each fuzz target for $(FUZZTIME)
+fuzz-short:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz
+
+## bench: the Go benchmarks
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## bench-changefeed: pg_recvlogical and Herald draining the same load, side by side
+bench-changefeed: build
+	scripts/testenv run -- scripts/bench-changefeed
+
+clean:
+	rm -rf bin

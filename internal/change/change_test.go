@@ -1,0 +1,78 @@
+package change
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+func TestLSNRoundTrip(t *testing.T) {
+	tests := []struct {
+		text string
+		want LSN
+	}{
+		{"0/0", 0},
+		{"16/B374D848", 0x16B374D848},
+		{"FFFFFFFF/FFFFFFFF", ^LSN(0)},
+		{"0/1", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.text, func(t *testing.T) {
+			got, err := ParseLSN(tt.text)
+			if err != nil {
+				t.Fatalf("ParseLSN(%q): %v", tt.text, err)
+			}
+			if got != tt.want {
+				t.Fatalf("ParseLSN(%q) = %d, want %d", tt.text, got, tt.want)
+			}
+			if s := got.String(); s != tt.text {
+				t.Fatalf("String() = %q, want %q", s, tt.text)
+			}
+		})
+	}
+}
+
+func TestParseLSNRejects(t *testing.T) {
+	for _, bad := range []string{"", "0", "/0", "0/", "g/0", "0/-1", "123456789/0", "1/2/3"} {
+		if _, err := ParseLSN(bad); err == nil {
+			t.Errorf("ParseLSN(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+func TestRowJSONKeepsColumnOrder(t *testing.T) {
+	r := Row{{"z", json.RawMessage(`1`)}, {"a", json.RawMessage(`"x"`)}, {"m", nil}}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `{"z":1,"a":"x","m":null}`; got != want {
+		t.Fatalf("Marshal = %s, want %s", got, want)
+	}
+	var back Row
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 3 || back[0].Name != "z" || back[2].Name != "m" || string(back[2].Value) != "null" {
+		t.Fatalf("Unmarshal = %+v", back)
+	}
+	if v, ok := back.Get("a"); !ok || string(v) != `"x"` {
+		t.Fatalf(`Get("a") = %s, %v`, v, ok)
+	}
+	if _, ok := back.Get("missing"); ok {
+		t.Fatal(`Get("missing") reported present`)
+	}
+}
+
+func TestNilRowIsNull(t *testing.T) {
+	b, err := json.Marshal(Event{Table: "public.t", Op: Delete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if string(m["after"]) != "null" {
+		t.Fatalf("after = %s, want null", m["after"])
+	}
+}

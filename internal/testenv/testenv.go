@@ -1,0 +1,128 @@
+// Package testenv hands integration tests the private PostgreSQL and Redis that
+// scripts/testenv starts. A test asks for a service; when the service is not there, the test
+// skips locally with a message naming the script, and fails under CI=true, where a missing
+// service is a broken build rather than a reason to test less.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The variables scripts/testenv exports.
+const (
+	DatabaseURLEnv = "HERALD_TEST_DATABASE_URL"
+	RedisURLEnv    = "HERALD_TEST_REDIS_URL"
+)
+
+func missing(t testing.TB, env, what string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s is not set: this test needs the private %s; run it through `scripts/testenv run -- go test ./...` or `make test`", env, what)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// PostgresURL returns the superuser URL of the private PostgreSQL.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(DatabaseURLEnv)
+	if u == "" {
+		missing(t, DatabaseURLEnv, "PostgreSQL")
+	}
+	return u
+}
+
+// RedisURL returns the URL of the private Redis.
+func RedisURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(RedisURLEnv)
+	if u == "" {
+		missing(t, RedisURLEnv, "Redis")
+	}
+	return u
+}
+
+// NewDatabase creates a fresh database on the private PostgreSQL and returns its URL. The
+// database, and every replication slot in it, is dropped when the test ends, so tests can run in
+// parallel without seeing each other's tables, publications or slots.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	base := PostgresURL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "herald_test_" + hex.EncodeToString(b[:])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("testenv: connect to %s: %v", DatabaseURLEnv, err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("testenv: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() { dropDatabase(t, base, name) })
+
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("testenv: parse %s: %v", DatabaseURLEnv, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+func dropDatabase(t testing.TB, base, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Logf("testenv: drop %s: %v", name, err)
+		return
+	}
+	defer admin.Close(context.Background())
+	// A walsender holds its slot until its backend is gone, and a slot keeps the database alive,
+	// so: end the backends, then drop the slots, then the database.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, _ = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+		_, err = admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active`, name)
+		if err == nil {
+			_, err = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		}
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Logf("testenv: drop %s: %v", name, err)
+	}
+}
+
+// Exec runs SQL statements against the database at url, failing the test on error.
+func Exec(t testing.TB, url string, sql ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("testenv: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	for _, s := range sql {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("testenv: %s: %v", s, err)
+		}
+	}
+}
