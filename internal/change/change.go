@@ -102,7 +102,7 @@ func (r Row) AppendJSON(dst []byte) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = strconv.AppendQuote(dst, c.Name)
+		dst = AppendJSONString(dst, c.Name)
 		dst = append(dst, ':')
 		if len(c.Value) == 0 {
 			dst = append(dst, "null"...)

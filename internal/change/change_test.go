@@ -3,6 +3,7 @@ package change
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestLSNRoundTrip(t *testing.T) {
@@ -75,4 +76,39 @@ func TestNilRowIsNull(t *testing.T) {
 	if string(m["after"]) != "null" {
 		t.Fatalf("after = %s, want null", m["after"])
 	}
+}
+
+func TestAppendJSONString(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain", `"plain"`},
+		{"q\"b\\", `"q\"b\\"`},
+		{"\n\r\t\x00\x1f", `"\n\r\t\u0000\u001f"`},
+		{"é✓", `"é✓"`},
+		{"bad\xffbyte", `"bad\ufffdbyte"`},
+		{"\u2028", `"\u2028"`},
+	}
+	for _, tt := range tests {
+		got := string(AppendJSONString(nil, tt.in))
+		if got != tt.want {
+			t.Errorf("AppendJSONString(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+		if !json.Valid([]byte(got)) {
+			t.Errorf("AppendJSONString(%q) = %s is not valid JSON", tt.in, got)
+		}
+	}
+}
+
+func FuzzAppendJSONString(f *testing.F) {
+	f.Add("hello")
+	f.Add("\xff\x00\"")
+	f.Fuzz(func(t *testing.T, s string) {
+		out := AppendJSONString(nil, s)
+		var back string
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("AppendJSONString(%q) = %s: not valid JSON: %v", s, out, err)
+		}
+		if utf8.ValidString(s) && back != s {
+			t.Fatalf("round trip of %q gave %q", s, back)
+		}
+	})
 }
