@@ -1,0 +1,193 @@
+package delivery
+
+import (
+	"context"
+	"time"
+)
+
+// Kind is what an Item carries.
+type Kind uint8
+
+// The kinds of Item, in the order a batch holds them.
+const (
+	KindControl Kind = iota + 1 // a control frame, as pushed
+	KindMarker                  // an overflow marker, encoded by Config.EncodeMarker
+	KindData                    // a data frame, as pushed
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindControl:
+		return "control"
+	case KindMarker:
+		return "marker"
+	case KindData:
+		return "data"
+	}
+	return "unknown"
+}
+
+// Item is one message for the wire: Head followed by Body.
+type Item struct {
+	Kind Kind
+	// Head is the data frame's per-subscription prefix; nil for the other kinds.
+	Head []byte
+	// Body is the control frame, the encoded marker, or the data frame's shared body. The
+	// writer must not modify it.
+	Body []byte
+	// Key and Pos are the data frame's; a marker has its Key and no Pos.
+	Key, Pos string
+	// Marker is the range a KindMarker item announces, as it was encoded.
+	Marker Marker
+}
+
+// Size is the item's length on the wire.
+func (it *Item) Size() int { return len(it.Head) + len(it.Body) }
+
+// Batch is what one Next hands the writer. The writer owns it and passes the same Batch to every
+// call, so its storage is reused: what it holds is valid only until the next call.
+type Batch struct {
+	// Items are the messages to write, in order: control frames, then ready markers, then
+	// data frames.
+	Items []Item
+	buf   []byte // encoded markers; Items of KindMarker point into it
+	ends  []int  // scratch for fillLocked: where each marker ends in buf
+}
+
+// Bytes is the batch's length on the wire.
+func (b *Batch) Bytes() int {
+	n := 0
+	for i := range b.Items {
+		n += b.Items[i].Size()
+	}
+	return n
+}
+
+func (b *Batch) reset() {
+	// Clear, not just truncate: stale Items would keep shared bodies alive.
+	clear(b.Items)
+	b.Items = b.Items[:0]
+	b.buf = b.buf[:0]
+}
+
+// TryNext fills b with the next batch without blocking and reports whether there was one. It
+// returns false when there is nothing to write or the lanes are closed; Next tells the two
+// apart. Call it from the writer goroutine only.
+func (l *Lanes) TryNext(b *Batch) bool {
+	b.reset()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.closed && l.fillLocked(b)
+}
+
+// Next fills b with the next batch, blocking until there is one. It returns ErrClosed once Close
+// has been called, and ctx's error when ctx ends first. Call it from the writer goroutine
+// only: Lanes has room for one parked writer.
+//
+// The writer loop the contract expects is a non-blocking drain, a flush when idle, then a
+// blocking wait:
+//
+//	for {
+//		if !lanes.TryNext(&b) {
+//			flush()
+//			if err := lanes.Next(ctx, &b); err != nil {
+//				return err
+//			}
+//		}
+//		write(b.Items)
+//	}
+func (l *Lanes) Next(ctx context.Context, b *Batch) error {
+	b.reset()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return ErrClosed
+		}
+		if l.fillLocked(b) {
+			l.mu.Unlock()
+			return nil
+		}
+		l.parked = true
+		l.mu.Unlock()
+		select {
+		case <-l.wake:
+		case <-ctx.Done():
+			l.mu.Lock()
+			l.parked = false
+			l.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+}
+
+// fillLocked moves the next batch into b, which is empty, and reports whether it took anything.
+//
+// Order within a batch: control first, since replies are small and the client waits on them;
+// then the ready markers; then data. A marker is ready when every data frame admitted before
+// its first loss was taken by an earlier batch, so placing markers ahead of this batch's data
+// never puts one before a frame it must follow, and no data frame of a marker's key can be in
+// this batch at all (rule 2 kept them out of the lane).
+func (l *Lanes) fillLocked(b *Batch) bool {
+	maxFrames, maxBytes := l.cfg.MaxBatchFrames, l.cfg.MaxBatchBytes
+	bytes := 0
+	fits := func(size int) bool {
+		return len(b.Items) == 0 || (len(b.Items) < maxFrames && bytes+size <= maxBytes)
+	}
+
+	for l.control.len() > 0 && fits(len(*l.control.front())) {
+		c := l.control.pop()
+		b.Items = append(b.Items, Item{Kind: KindControl, Body: c})
+		bytes += len(c)
+		l.ctlBytes -= len(c)
+		l.stats.controlWritten.Add(1)
+		l.stats.controlFrames.Add(-1)
+		l.stats.controlBytes.Add(-int64(len(c)))
+	}
+
+	// Markers are encoded now, so they carry the range as it stands. One that does not fit
+	// stays in the table, still open and still extending, and goes in a later batch.
+	firstMarker := len(b.Items)
+	b.ends = b.ends[:0]
+	for m := l.markers.head; m != nil && m.barrier <= l.taken && len(b.Items) < maxFrames; m = l.markers.head {
+		start := len(b.buf)
+		b.buf = l.cfg.EncodeMarker(b.buf, m.Marker)
+		size := len(b.buf) - start
+		if !fits(size) {
+			b.buf = b.buf[:start]
+			break
+		}
+		b.Items = append(b.Items, Item{Kind: KindMarker, Key: m.Key, Marker: m.Marker})
+		b.ends = append(b.ends, len(b.buf))
+		bytes += size
+		l.markers.remove(m)
+		l.stats.markersOpen.Add(-1)
+		l.stats.markersEmitted.Add(1)
+	}
+	// Point the markers into b.buf only now: the encoder may have moved it while appending.
+	start := 0
+	for i, end := range b.ends {
+		b.Items[firstMarker+i].Body = b.buf[start:end:end]
+		start = end
+	}
+
+	for l.data.len() > 0 && fits(l.data.front().Size()) {
+		f := l.data.pop()
+		size := f.Size()
+		b.Items = append(b.Items, Item{Kind: KindData, Head: f.Head, Body: f.Body, Key: f.Key, Pos: f.Pos})
+		bytes += size
+		l.datBytes -= size
+		l.taken++
+		l.stats.dataWritten.Add(1)
+		l.stats.dataFrames.Add(-1)
+		l.stats.dataBytes.Add(-int64(size))
+	}
+	if l.data.len() == 0 {
+		// The client has caught up with everything queued: whatever stall there was is over.
+		l.stallSince = time.Time{}
+	}
+	return len(b.Items) > 0
+}
