@@ -184,4 +184,13 @@ type Txn struct {
 	// Postgres sends at once, whether or not the emitting transaction later commits.
 	Transactional bool
 	Events        []Event
+	// Overflow is set when the transaction was too large to hold: its rows were let go, and
+	// Events is empty. Every consumer of a table it names must treat its view as stale.
+	Overflow *Overflow
+}
+
+// Overflow says what an oversized transaction changed without carrying the rows.
+type Overflow struct {
+	Tables  map[string]int // changes let go, by schema-qualified table
+	Changes int            // their total
 }

@@ -1,0 +1,310 @@
+package changefeed
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/jackc/pglogrepl"
+)
+
+// assembler turns the message sequence of one replication connection into committed
+// transactions. Only committed work leaves it: a transaction is buffered until its Commit (or
+// Stream Commit), a streamed transaction that aborts is discarded, and a streamed subtransaction
+// that aborts takes only its own changes with it. It is owned by the stream's reader goroutine.
+type assembler struct {
+	dec            *decoder
+	writeTagPrefix string
+	messages       func(prefix string) bool
+	maxTxnBytes    int
+	// skipThrough is the commit LSN of the last transaction already handed on: one at or before
+	// it is a replay (Postgres resends from its confirmed position, which can lag) and is dropped.
+	skipThrough change.LSN
+
+	cur      *pending            // the open (non-streamed) transaction, between Begin and Commit
+	inStream bool                // between Stream Start and Stream Stop
+	streams  map[uint32]*pending // streamed transactions in progress, by top-level xid
+	streamID uint32              // the top-level xid of the open stream segment
+}
+
+// pending is a transaction being assembled.
+type pending struct {
+	xid        uint32
+	commitLSN  change.LSN
+	commitTime time.Time
+	events     []change.Event
+	subxids    []uint32 // parallel to events, for streamed transactions: who made each change
+	bytes      int
+	lost       map[string]int // past maxTxnBytes: changes let go, by table
+	lostN      int
+}
+
+func newAssembler(dec *decoder, cfg *Config) *assembler {
+	prefixes := map[string]bool{}
+	all := false
+	for _, p := range cfg.MessagePrefixes {
+		if p == "*" {
+			all = true
+		}
+		prefixes[p] = true
+	}
+	return &assembler{
+		dec:            dec,
+		writeTagPrefix: cfg.WriteTagPrefix,
+		messages:       func(p string) bool { return all || prefixes[p] },
+		maxTxnBytes:    cfg.MaxTxnBytes,
+		skipThrough:    cfg.From,
+		streams:        map[uint32]*pending{},
+	}
+}
+
+// open reports whether any transaction is partly received: then the server's WAL end is not a
+// position that may be confirmed.
+func (a *assembler) open() bool { return a.cur != nil || a.inStream || len(a.streams) > 0 }
+
+// result is what one message completed, if anything.
+type result struct {
+	txn *change.Txn // a committed transaction to hand on
+	// skipped is the end LSN of a committed transaction that was dropped as a replay; it was
+	// handed on before, so its end may be confirmed once everything before it is.
+	skipped change.LSN
+}
+
+// handle processes one pgoutput message that arrived at walStart.
+func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
+	msg, err := parseMessage(data, a.inStream)
+	if err != nil {
+		return result{}, err
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		if a.cur != nil {
+			return result{}, fmt.Errorf("begin of xid %d inside open xid %d", m.Xid, a.cur.xid)
+		}
+		a.cur = &pending{xid: m.Xid, commitLSN: change.LSN(m.FinalLSN), commitTime: m.CommitTime}
+	case *pglogrepl.CommitMessage:
+		if a.cur == nil {
+			return result{}, fmt.Errorf("commit at %s with no open transaction", change.LSN(m.CommitLSN))
+		}
+		p := a.cur
+		a.cur = nil
+		p.commitLSN, p.commitTime = change.LSN(m.CommitLSN), m.CommitTime
+		return a.finish(p, change.LSN(m.TransactionEndLSN)), nil
+	case *pglogrepl.StreamStartMessageV2:
+		if a.inStream {
+			return result{}, fmt.Errorf("stream start of xid %d inside open stream of xid %d", m.Xid, a.streamID)
+		}
+		a.inStream, a.streamID = true, m.Xid
+		if a.streams[m.Xid] == nil {
+			a.streams[m.Xid] = &pending{xid: m.Xid}
+		}
+	case *pglogrepl.StreamStopMessageV2:
+		a.inStream = false
+	case *pglogrepl.StreamCommitMessageV2:
+		p := a.streams[m.Xid]
+		delete(a.streams, m.Xid)
+		if p == nil {
+			// Every segment of it held only changes to tables nobody follows.
+			p = &pending{xid: m.Xid}
+		}
+		p.commitLSN, p.commitTime = change.LSN(m.CommitLSN), m.CommitTime
+		return a.finish(p, change.LSN(m.TransactionEndLSN)), nil
+	case *pglogrepl.StreamAbortMessageV2:
+		a.abort(m.Xid, m.SubXid)
+	case *pglogrepl.RelationMessageV2:
+		a.dec.relation(&m.RelationMessage)
+	case *pglogrepl.TypeMessageV2:
+		a.dec.typ(&m.TypeMessage)
+	case *pglogrepl.InsertMessageV2:
+		return result{}, a.change(m.Xid, m.RelationID, func(r *relation) (change.Event, error) {
+			after, omitted, err := a.dec.row(r, m.Tuple, tupleNew)
+			return change.Event{Op: change.Insert, After: after, Omitted: omitted, Tenant: a.dec.tenantOf(r, after, nil)}, err
+		})
+	case *pglogrepl.UpdateMessageV2:
+		return result{}, a.change(m.Xid, m.RelationID, func(r *relation) (change.Event, error) {
+			ev, err := a.dec.images(r, m.OldTuple, m.OldTupleType, m.NewTuple)
+			ev.Op = change.Update
+			return ev, err
+		})
+	case *pglogrepl.DeleteMessageV2:
+		return result{}, a.change(m.Xid, m.RelationID, func(r *relation) (change.Event, error) {
+			ev, err := a.dec.images(r, m.OldTuple, m.OldTupleType, nil)
+			ev.Op = change.Delete
+			return ev, err
+		})
+	case *pglogrepl.TruncateMessageV2:
+		// One rowless change per truncated relation that is followed: never dropped, since every
+		// subscriber of the table holds rows that are gone.
+		for _, id := range m.RelationIDs {
+			if err := a.change(m.Xid, id, func(*relation) (change.Event, error) {
+				return change.Event{Op: change.Truncate}, nil
+			}); err != nil {
+				return result{}, err
+			}
+		}
+	case *pglogrepl.LogicalDecodingMessageV2:
+		return a.message(walStart, m)
+	case *pglogrepl.OriginMessage:
+		// Changes replicated in from elsewhere are changes all the same.
+	default:
+		// Unknown kinds are not ours to act on. PG18 can send a stray Stream Abort to a consumer
+		// that never asked for streaming; ParseV2 decodes it and abort ignores an unknown xid.
+	}
+	return result{}, nil
+}
+
+// target is the transaction a change belongs to: the open stream's for a streamed change, else
+// the one between Begin and Commit.
+func (a *assembler) target() (*pending, error) {
+	if a.inStream {
+		return a.streams[a.streamID], nil
+	}
+	if a.cur == nil {
+		return nil, fmt.Errorf("a change arrived outside any transaction")
+	}
+	return a.cur, nil
+}
+
+func (a *assembler) change(xid uint32, relID uint32, build func(*relation) (change.Event, error)) error {
+	r, err := a.dec.lookup(relID)
+	if err != nil {
+		return err
+	}
+	if !r.follow {
+		return nil
+	}
+	p, err := a.target()
+	if err != nil {
+		return err
+	}
+	if p.lost != nil {
+		p.lost[r.table]++
+		p.lostN++
+		return nil
+	}
+	ev, err := build(r)
+	if err != nil {
+		return err
+	}
+	ev.Table = r.table
+	a.add(p, xid, ev)
+	return nil
+}
+
+func (a *assembler) add(p *pending, xid uint32, ev change.Event) {
+	p.events = append(p.events, ev)
+	if a.inStream {
+		p.subxids = append(p.subxids, xid)
+	}
+	p.bytes += eventBytes(&ev)
+	if p.bytes <= a.maxTxnBytes {
+		return
+	}
+	// Past the bound, the rows are let go and only their count per table is kept: consumers are
+	// told exactly which tables went stale rather than the process dying of a bulk UPDATE.
+	p.lost = map[string]int{}
+	for i := range p.events {
+		if p.events[i].Op != change.Message {
+			p.lost[p.events[i].Table]++
+			p.lostN++
+		}
+	}
+	kept := p.events[:0]
+	for _, e := range p.events {
+		if e.Op == change.Message && e.Prefix == a.writeTagPrefix {
+			kept = append(kept, e)
+		}
+	}
+	p.events, p.subxids, p.bytes = kept, nil, 0
+}
+
+func (a *assembler) message(walStart change.LSN, m *pglogrepl.LogicalDecodingMessageV2) (result, error) {
+	tag := m.Prefix == a.writeTagPrefix
+	if !tag && !a.messages(m.Prefix) {
+		return result{}, nil
+	}
+	ev := change.Event{Op: change.Message, Prefix: m.Prefix, Content: string(m.Content)}
+	if !m.Transactional {
+		// Sent at once, outside any transaction, whether or not its transaction later commits:
+		// it is positioned by its own LSN.
+		if tag {
+			return result{}, nil
+		}
+		lsn := change.LSN(m.LSN)
+		if lsn <= a.skipThrough {
+			return result{skipped: lsn}, nil
+		}
+		ev.LSN = lsn
+		return result{txn: &change.Txn{CommitLSN: lsn, EndLSN: lsn, CommitTime: time.Now().UTC(), Events: []change.Event{ev}}}, nil
+	}
+	p, err := a.target()
+	if err != nil {
+		return result{}, err
+	}
+	a.add(p, m.Xid, ev)
+	return result{}, nil
+}
+
+// abort discards a streamed transaction, or one subtransaction's changes within it.
+func (a *assembler) abort(xid, subxid uint32) {
+	p := a.streams[xid]
+	if p == nil {
+		return
+	}
+	if subxid == xid {
+		delete(a.streams, xid)
+		return
+	}
+	if p.lost != nil {
+		// The rows are already gone; the loss report stays an over-estimate, which is safe.
+		return
+	}
+	kept, keptX := p.events[:0], p.subxids[:0]
+	p.bytes = 0
+	for i, e := range p.events {
+		if p.subxids[i] == subxid {
+			continue
+		}
+		kept, keptX = append(kept, e), append(keptX, p.subxids[i])
+		p.bytes += eventBytes(&e)
+	}
+	p.events, p.subxids = kept, keptX
+}
+
+// finish stamps a committed transaction's events with its position, or drops it as a replay.
+func (a *assembler) finish(p *pending, end change.LSN) result {
+	if p.commitLSN <= a.skipThrough {
+		return result{skipped: end}
+	}
+	a.skipThrough = p.commitLSN
+	txn := &change.Txn{XID: p.xid, CommitLSN: p.commitLSN, EndLSN: end, CommitTime: p.commitTime.UTC(), Transactional: true}
+	events := p.events[:0]
+	for _, e := range p.events {
+		if e.Op == change.Message && e.Prefix == a.writeTagPrefix {
+			txn.WriteTag = e.Content // the last tag wins
+			continue
+		}
+		events = append(events, e)
+	}
+	if p.lost != nil {
+		txn.Overflow = &change.Overflow{Tables: p.lost, Changes: p.lostN}
+		events = nil
+	}
+	for i := range events {
+		e := &events[i]
+		e.LSN, e.TxID, e.CommitTime, e.WriteTag = txn.CommitLSN, txn.XID, txn.CommitTime, txn.WriteTag
+	}
+	txn.Events = events
+	return result{txn: txn}
+}
+
+// eventBytes estimates an event's memory: its row bytes plus a fixed overhead.
+func eventBytes(e *change.Event) int {
+	n := 160 + len(e.Content)
+	for _, r := range []change.Row{e.Before, e.After} {
+		for _, c := range r {
+			n += len(c.Name) + len(c.Value) + 40
+		}
+	}
+	return n
+}

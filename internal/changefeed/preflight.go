@@ -1,0 +1,322 @@
+package changefeed
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// minServerVersion is PostgreSQL 14: pgoutput protocol 2 (streamed transactions) and logical
+// decoding messages (write tags) start there.
+const minServerVersion = 140000
+
+// quoteLiteral quotes s as a SQL string literal. The replication protocol only takes simple
+// queries, so there are no bind parameters; names reach SQL only through this and quoteIdent.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), "'", "''") + "'"
+}
+
+// quoteIdent quotes s as a SQL identifier.
+func quoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), `"`, `""`) + `"`
+}
+
+// quoteTable quotes schema.table as two identifiers.
+func quoteTable(t string) string {
+	schema, name, _ := strings.Cut(t, ".")
+	return quoteIdent(schema) + "." + quoteIdent(name)
+}
+
+// query runs one simple query and returns its rows as text. NULL is returned as nil.
+func query(ctx context.Context, conn *pgconn.PgConn, sql string) ([][][]byte, error) {
+	results, err := conn.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	if len(results) == 0 {
+		return nil, nil
+	}
+	return results[len(results)-1].Rows, nil
+}
+
+// slotState is the row pg_replication_slots has for our slot.
+type slotState struct {
+	exists    bool
+	plugin    string
+	slotType  string
+	database  string
+	temporary bool
+	active    bool
+	activePID string
+	walStatus string
+	confirmed change.LSN
+	twoPhase  bool
+}
+
+// preflight checks everything that must hold before streaming, creating the publication and
+// the slot when absent. The publication comes first: pgoutput looks it up with the historic
+// snapshot of each change, so a slot made before its publication fails to decode changes from
+// before the publication existed.
+func preflight(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log func(string, ...any)) (slotState, error) {
+	rows, err := query(ctx, conn, `SELECT current_setting('server_version_num'), current_setting('wal_level'),
+		current_setting('max_replication_slots'), current_setting('max_wal_senders'),
+		(SELECT count(*) FROM pg_replication_slots), current_user, current_database(),
+		(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)`)
+	if err != nil {
+		return slotState{}, pgError(StagePreflight, "read server settings", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 8 {
+		return slotState{}, &Error{Stage: StagePreflight, Detail: "the server settings query returned an unexpected shape"}
+	}
+	r := rows[0]
+	version, _ := strconv.Atoi(string(r[0]))
+	walLevel := string(r[1])
+	maxSlots, _ := strconv.Atoi(string(r[2]))
+	usedSlots, _ := strconv.Atoi(string(r[4]))
+	user, database := string(r[5]), string(r[6])
+	replication := string(r[7]) == "t"
+
+	if version < minServerVersion {
+		return slotState{}, &Error{Stage: StagePreflight, Permanent: true,
+			Detail: fmt.Sprintf("PostgreSQL %d.%d is too old: Herald needs 14 or newer for streamed transactions and logical messages", version/10000, version%10000),
+			Fix:    "upgrade PostgreSQL to 14 or newer"}
+	}
+	if walLevel != "logical" {
+		return slotState{}, &Error{Stage: StagePreflight, Permanent: true,
+			Detail: fmt.Sprintf("wal_level is %q, and logical replication needs \"logical\"", walLevel),
+			Fix:    "ALTER SYSTEM SET wal_level = logical; then restart Postgres"}
+	}
+	if !replication {
+		return slotState{}, &Error{Stage: StagePreflight, Permanent: true,
+			Detail: fmt.Sprintf("role %q lacks the REPLICATION attribute", user),
+			Fix:    fmt.Sprintf("ALTER ROLE %s REPLICATION;", quoteIdent(user))}
+	}
+
+	tables, err := checkPublication(ctx, conn, cfg, log)
+	if err != nil {
+		return slotState{}, err
+	}
+	if err := checkIdentity(ctx, conn, cfg, tables); err != nil {
+		return slotState{}, err
+	}
+
+	slot, err := readSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return slotState{}, err
+	}
+	if !slot.exists {
+		if usedSlots >= maxSlots {
+			return slotState{}, &Error{Stage: StageSlot,
+				Detail: fmt.Sprintf("all %d replication slots (max_replication_slots) are in use", maxSlots),
+				Fix:    "raise max_replication_slots and restart Postgres, or drop an unused slot: SELECT slot_name, active FROM pg_replication_slots; SELECT pg_drop_replication_slot('<name>');"}
+		}
+		// NOEXPORT_SNAPSHOT: nothing here copies a snapshot. TWO_PHASE is never asked for: it
+		// would decode prepared transactions before they commit, and a client must never see
+		// data that may yet roll back.
+		res, err := pglogrepl.CreateReplicationSlot(ctx, conn, quoteIdent(cfg.Slot), "pgoutput",
+			pglogrepl.CreateReplicationSlotOptions{Temporary: cfg.TemporarySlot, SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+		if err != nil {
+			return slotState{}, pgError(StageSlot, "create replication slot "+cfg.Slot, err)
+		}
+		log("created replication slot", "slot", cfg.Slot, "consistent_point", res.ConsistentPoint, "temporary", cfg.TemporarySlot)
+		slot = slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: database, temporary: cfg.TemporarySlot}
+		return slot, nil
+	}
+	return slot, checkSlot(slot, cfg, database)
+}
+
+func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (slotState, error) {
+	rows, err := query(ctx, conn, `SELECT plugin, slot_type, database, temporary, active, active_pid,
+		wal_status, confirmed_flush_lsn, two_phase FROM pg_replication_slots WHERE slot_name = `+quoteLiteral(name))
+	if err != nil {
+		return slotState{}, pgError(StageSlot, "read replication slot "+name, err)
+	}
+	if len(rows) == 0 {
+		return slotState{}, nil
+	}
+	r := rows[0]
+	s := slotState{exists: true, plugin: string(r[0]), slotType: string(r[1]), database: string(r[2]),
+		temporary: string(r[3]) == "t", active: string(r[4]) == "t", activePID: string(r[5]),
+		walStatus: string(r[6]), twoPhase: string(r[8]) == "t"}
+	if r[7] != nil {
+		s.confirmed, _ = change.ParseLSN(string(r[7]))
+	}
+	return s, nil
+}
+
+func checkSlot(s slotState, cfg *Config, database string) error {
+	name := cfg.Slot
+	drop := fmt.Sprintf("SELECT pg_drop_replication_slot(%s);", quoteLiteral(name))
+	switch {
+	case s.slotType != "logical" || s.plugin != "pgoutput":
+		return &Error{Stage: StageSlot, Permanent: true,
+			Detail: fmt.Sprintf("slot %q exists but is a %s slot with plugin %q, not a logical pgoutput slot", name, s.slotType, s.plugin),
+			Fix:    "give Herald its own slot name (changefeed.slot), or if the slot is unused: " + drop}
+	case s.database != database:
+		return &Error{Stage: StageSlot, Permanent: true,
+			Detail: fmt.Sprintf("slot %q belongs to database %q, not %q", name, s.database, database),
+			Fix:    "give Herald its own slot name (changefeed.slot)"}
+	case s.walStatus == "lost":
+		return &Error{Stage: StageSlot, Permanent: true,
+			Detail: fmt.Sprintf("slot %q is lost: Postgres removed WAL it still needed (max_slot_wal_keep_size), so the changes since its position are gone and it can never stream again", name),
+			Fix:    drop + " then restart Herald; every client must refetch its data, since changes were missed"}
+	case s.twoPhase:
+		return &Error{Stage: StageSlot, Permanent: true,
+			Detail: fmt.Sprintf("slot %q was created with two-phase decoding, which sends prepared transactions before they commit", name),
+			Fix:    drop + " then restart Herald, which creates it without two-phase"}
+	case s.active:
+		return &Error{Stage: StageSlot,
+			Detail: fmt.Sprintf("slot %q is in use by backend pid %s", name, s.activePID),
+			Fix:    "stop the other consumer of the slot, or give Herald its own slot name (changefeed.slot)"}
+	}
+	return nil
+}
+
+// pubTable is a table the publication covers, as the catalog names it.
+type pubTable struct {
+	name     string // schema.table
+	identity byte   // relreplident
+	hasPK    bool
+}
+
+// checkPublication creates the publication when absent, and checks that it covers every
+// configured table and publishes every kind of change. It returns the tables that will stream.
+func checkPublication(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log func(string, ...any)) ([]pubTable, error) {
+	pub := quoteLiteral(cfg.Publication)
+	rows, err := query(ctx, conn, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = `+pub)
+	if err != nil {
+		return nil, pgError(StagePublication, "read publication "+cfg.Publication, err)
+	}
+	for _, t := range cfg.Tables {
+		if err := tableExists(ctx, conn, t); err != nil {
+			return nil, err
+		}
+	}
+	if len(rows) == 0 {
+		if len(cfg.Tables) == 0 {
+			return nil, &Error{Stage: StagePublication, Permanent: true,
+				Detail: fmt.Sprintf("publication %q does not exist and no tables are configured to create it for", cfg.Publication),
+				Fix:    "name the tables to stream (changefeed.tables, or --table for herald tail), or CREATE PUBLICATION " + quoteIdent(cfg.Publication) + " FOR TABLE <schema.table>, ...;"}
+		}
+		quoted := make([]string, len(cfg.Tables))
+		for i, t := range cfg.Tables {
+			quoted[i] = quoteTable(t)
+		}
+		sql := "CREATE PUBLICATION " + quoteIdent(cfg.Publication) + " FOR TABLE " + strings.Join(quoted, ", ")
+		if _, err := query(ctx, conn, sql); err != nil {
+			return nil, pgError(StagePublication, "create publication "+cfg.Publication, err)
+		}
+		log("created publication", "publication", cfg.Publication, "tables", cfg.Tables)
+	} else {
+		r := rows[0]
+		var missing []string
+		for i, op := range []string{"insert", "update", "delete", "truncate"} {
+			if string(r[i]) != "t" {
+				missing = append(missing, op)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, &Error{Stage: StagePublication, Permanent: true,
+				Detail: fmt.Sprintf("publication %q does not publish %s, so those changes would never reach a client", cfg.Publication, strings.Join(missing, ", ")),
+				Fix:    "ALTER PUBLICATION " + quoteIdent(cfg.Publication) + " SET (publish = 'insert, update, delete, truncate');"}
+		}
+	}
+	rows, err = query(ctx, conn, `SELECT n.nspname || '.' || c.relname, c.relreplident,
+		EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+		FROM pg_publication_tables p
+		JOIN pg_namespace n ON n.nspname = p.schemaname
+		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename
+		WHERE p.pubname = `+pub)
+	if err != nil {
+		return nil, pgError(StagePublication, "read the tables of publication "+cfg.Publication, err)
+	}
+	covered := map[string]pubTable{}
+	for _, r := range rows {
+		t := pubTable{name: string(r[0]), hasPK: string(r[2]) == "t"}
+		if len(r[1]) > 0 {
+			t.identity = r[1][0]
+		}
+		covered[t.name] = t
+	}
+	var missing []string
+	for _, t := range cfg.Tables {
+		if _, ok := covered[t]; !ok {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		quoted := make([]string, len(missing))
+		for i, t := range missing {
+			quoted[i] = quoteTable(t)
+		}
+		return nil, &Error{Stage: StagePublication, Permanent: true,
+			Detail: fmt.Sprintf("publication %q does not cover %s", cfg.Publication, strings.Join(missing, ", ")),
+			Fix:    "ALTER PUBLICATION " + quoteIdent(cfg.Publication) + " ADD TABLE " + strings.Join(quoted, ", ") + ";"}
+	}
+	var out []pubTable
+	if len(cfg.Tables) == 0 {
+		for _, t := range covered {
+			out = append(out, t)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	} else {
+		for _, t := range cfg.Tables {
+			out = append(out, covered[t])
+		}
+	}
+	return out, nil
+}
+
+func tableExists(ctx context.Context, conn *pgconn.PgConn, t string) error {
+	rows, err := query(ctx, conn, `SELECT to_regclass(`+quoteLiteral(quoteTable(t))+`) IS NOT NULL`)
+	if err != nil {
+		return pgError(StagePublication, "look up table "+t, err)
+	}
+	if len(rows) != 1 || string(rows[0][0]) != "t" {
+		return &Error{Stage: StagePublication, Permanent: true,
+			Detail: fmt.Sprintf("table %s does not exist", t),
+			Fix:    "create it, or correct its name in changefeed.tables (schema.table, case-sensitive)"}
+	}
+	return nil
+}
+
+// checkIdentity refuses tables whose replica identity cannot serve: one configured as needing
+// full old images that is not FULL, and one with no identity at all, on which Postgres makes
+// the application's own UPDATE and DELETE fail once the table is published.
+func checkIdentity(_ context.Context, _ *pgconn.PgConn, cfg *Config, tables []pubTable) error {
+	full := map[string]bool{}
+	for _, t := range cfg.FullIdentityTables {
+		full[t] = true
+	}
+	for _, t := range tables {
+		alter := "ALTER TABLE " + quoteTable(t.name) + " REPLICA IDENTITY FULL;"
+		if full[t.name] && t.identity != 'f' {
+			return &Error{Stage: StagePreflight, Permanent: true,
+				Detail: fmt.Sprintf("table %s must be REPLICA IDENTITY FULL: its old row is needed whole on UPDATE and DELETE, and Postgres only logs the key", t.name),
+				Fix:    alter}
+		}
+		if t.identity == 'n' || t.identity == 'd' && !t.hasPK {
+			return &Error{Stage: StagePreflight, Permanent: true,
+				Detail: fmt.Sprintf("table %s has no replica identity (no primary key), so once published its UPDATEs and DELETEs fail in the application", t.name),
+				Fix:    "add a primary key to " + t.name + ", or " + alter}
+		}
+	}
+	for t := range full {
+		found := false
+		for _, pt := range tables {
+			found = found || pt.name == t
+		}
+		if !found {
+			return &Error{Stage: StagePreflight, Permanent: true,
+				Detail: fmt.Sprintf("table %s is configured to need full old images but is not streamed", t),
+				Fix:    "add it to changefeed.tables, or remove it from changefeed.full_identity_tables"}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,398 @@
+package changefeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// lockClass is the first key of the leader's advisory lock, "HRLD"; the second is the hash of
+// the slot name, so feeds of different slots never contend.
+const lockClass = 0x48524c44
+
+// goodbyeTimeout bounds the final status update and Terminate of a clean stop.
+const goodbyeTimeout = 5 * time.Second
+
+// session is one replication connection's life: connect, win the leader lock, preflight,
+// stream. It returns errStandby when another process leads, nil when ctx ends, and otherwise
+// why the stream died.
+func (f *Feed) session(ctx context.Context) error {
+	log := f.cfg.Logger.With("slot", f.cfg.Slot)
+	cc, err := ConnConfig(f.cfg.DatabaseURL, true)
+	if err != nil {
+		return err
+	}
+	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	conn, err := pgconn.ConnectConfig(connectCtx, cc)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return pgError(StageConnect, "connect for replication", err)
+	}
+	// Whatever happens below, the connection is let go. A clean stop has already said goodbye
+	// and closed it; on an error, Close's own deadline bounds the Terminate.
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), goodbyeTimeout)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+
+	// The lock lives on the replication connection itself: it is released exactly when the
+	// stream's session ends, however it ends, so a standby takes over within one poll.
+	rows, err := query(ctx, conn, fmt.Sprintf("SELECT pg_try_advisory_lock(%d, hashtext(%s))", lockClass, quoteLiteral(f.cfg.Slot)))
+	if err != nil {
+		return pgError(StageLeader, "take the leader lock", err)
+	}
+	if len(rows) != 1 || string(rows[0][0]) != "t" {
+		return errStandby
+	}
+	f.update(func(s *Stats) { s.Leader = true })
+	defer f.update(func(s *Stats) { s.Leader, s.Streaming = false, false })
+	log.Info("leading the slot")
+
+	slot, err := preflight(ctx, conn, &f.cfg, func(msg string, args ...any) { log.Info(msg, args...) })
+	if err != nil {
+		return err
+	}
+
+	// Resume after what was confirmed. Failing that, from the commit LSN the consumer says it
+	// has seen: Postgres resends that transaction and the assembler drops it.
+	start := f.resumeEnd
+	if start == 0 {
+		start = f.resumeCommit
+	}
+	if start != 0 && slot.confirmed > start {
+		log.Warn("the slot has confirmed past the requested position; Postgres starts from the slot's position",
+			"requested", start, "slot_confirmed", slot.confirmed)
+	}
+	args := []string{
+		"proto_version '2'",
+		"publication_names " + quoteLiteral(quoteIdent(f.cfg.Publication)),
+		"messages 'true'",
+		"streaming 'on'",
+	}
+	if err := pglogrepl.StartReplication(ctx, conn, quoteIdent(f.cfg.Slot), pglogrepl.LSN(start),
+		pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return pgError(StageStream, "start replication", err)
+	}
+	log.Info("streaming", "from", start, "publication", f.cfg.Publication)
+	f.update(func(s *Stats) { s.Streaming, s.Failure, s.ConfirmFailures = true, "", 0 })
+
+	p := &pump{
+		f:       f,
+		conn:    conn,
+		asm:     newAssembler(newDecoder(f.follower(), f.cfg.TenantColumn), &f.cfg),
+		handoff: make(chan handoff, f.cfg.QueueTxns),
+		sinkErr: make(chan error, 1),
+	}
+	p.asm.skipThrough = f.resumeCommit
+	p.accepted.Store(uint64(start))
+	p.confirmed = start
+	return p.run(ctx)
+}
+
+// follower says whether a table's changes are handed on: every configured table, or every
+// table of the publication when none are configured.
+func (f *Feed) follower() func(string) bool {
+	if len(f.cfg.Tables) == 0 {
+		return func(string) bool { return true }
+	}
+	set := map[string]bool{}
+	for _, t := range f.cfg.Tables {
+		set[t] = true
+	}
+	return func(t string) bool { return set[t] }
+}
+
+// handoff is one committed transaction on its way to the sink. txn is nil for one that needs
+// no Accept (a replay, or one with no followed change) but whose end may be confirmed in turn.
+type handoff struct {
+	txn    *change.Txn
+	commit change.LSN
+	end    change.LSN
+}
+
+// pump moves one live stream. The reader goroutine (run) owns the connection: it receives,
+// decodes, assembles, sends every status update, and hands committed transactions to a bounded
+// queue. The sink goroutine drains that queue into the Sink. The reader never blocks on the
+// sink without still sending status, so a slow sink cannot make the server time us out.
+type pump struct {
+	f       *Feed
+	conn    *pgconn.PgConn
+	asm     *assembler
+	handoff chan handoff
+	sinkErr chan error
+
+	accepted       atomic.Uint64 // end LSN of the last transaction the sink accepted (sink goroutine writes)
+	acceptedCommit atomic.Uint64 // its commit LSN
+	inflight       atomic.Int64  // handoffs queued or being accepted
+
+	// owned by the reader goroutine
+	confirmed  change.LSN // last position sent to the server
+	idle       change.LSN // a keepalive's WAL end, received while nothing was in flight
+	serverEnd  change.LSN
+	lastRecv   time.Time
+	lastStatus time.Time
+}
+
+func (p *pump) run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.drain(ctx)
+	}()
+	// A cancelled ctx wakes a blocked read through its deadline; the read itself runs without a
+	// context, since watching one per message would cost a goroutine handoff per message.
+	stopWake := context.AfterFunc(ctx, func() { _ = p.conn.Conn().SetReadDeadline(time.Now()) })
+
+	err := p.read(ctx)
+
+	stopWake()
+	if errors.Is(err, errSilent) {
+		// The connection is black-holed: no goodbye, nothing awaited. Its socket is closed at
+		// once, and the unconfirmed tail is streamed again to the next connection and dropped
+		// there by its commit LSN.
+		_ = p.conn.Conn().Close()
+	}
+	// What is already queued is committed work: on an error the sink still takes it, so the
+	// next session resumes after it. On a stop, ctx makes Accept give up.
+	close(p.handoff)
+	wg.Wait()
+	p.settle()
+	if err == nil && ctx.Err() != nil {
+		p.goodbye()
+		return nil
+	}
+	return err
+}
+
+// settle records, for the next session, how far the sink got.
+func (p *pump) settle() {
+	end := change.LSN(p.accepted.Load())
+	if p.inflight.Load() == 0 && p.idle > end {
+		end = p.idle
+	}
+	if end > p.f.resumeEnd {
+		p.f.resumeEnd = end
+	}
+	if c := change.LSN(p.acceptedCommit.Load()); c > p.f.resumeCommit {
+		p.f.resumeCommit = c
+	}
+}
+
+// goodbye confirms the final position and ends the session the polite way.
+func (p *pump) goodbye() {
+	_ = p.conn.Conn().SetDeadline(time.Now().Add(goodbyeTimeout))
+	_ = p.sendStatus(false)
+}
+
+var errSilent = errors.New("silent connection")
+
+// drain is the sink goroutine.
+func (p *pump) drain(ctx context.Context) {
+	for h := range p.handoff {
+		if h.txn != nil && (len(h.txn.Events) > 0 || h.txn.Overflow != nil) {
+			if err := p.f.sink.Accept(ctx, h.txn); err != nil {
+				select {
+				case p.sinkErr <- err:
+				default:
+				}
+				// Nothing after a refused transaction may be confirmed; the rest of the queue
+				// is dropped and streamed again.
+				for range p.handoff {
+					p.inflight.Add(-1)
+				}
+				return
+			}
+			n := uint64(len(h.txn.Events))
+			p.f.update(func(s *Stats) {
+				s.Txns++
+				s.Events += n
+				s.Accepted = h.commit
+				if h.txn.Overflow != nil {
+					s.Overflows++
+				}
+			})
+		}
+		p.acceptedCommit.Store(uint64(h.commit))
+		p.accepted.Store(uint64(h.end))
+		p.inflight.Add(-1)
+	}
+}
+
+// read is the reader goroutine's loop.
+func (p *pump) read(ctx context.Context) error {
+	cfg := &p.f.cfg
+	now := time.Now()
+	p.lastRecv, p.lastStatus = now, now
+	if err := p.conn.Conn().SetReadDeadline(now.Add(cfg.StatusInterval)); err != nil {
+		return err
+	}
+	for {
+		select {
+		case err := <-p.sinkErr:
+			return &Error{Stage: StageSink, Detail: "the sink refused a transaction: " + err.Error(), Err: err}
+		default:
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		now = time.Now()
+		if now.Sub(p.lastStatus) >= cfg.StatusInterval {
+			if now.Sub(p.lastRecv) >= cfg.SilenceTimeout {
+				return &Error{Stage: StageStream, Err: errSilent,
+					Detail: fmt.Sprintf("nothing arrived from the server for %s, though each status update asks for a reply", now.Sub(p.lastRecv).Round(time.Second)),
+					Fix:    "check the network path to Postgres; the stream reconnects on its own"}
+			}
+			// Each periodic update asks for a reply, so a quiet but healthy server still
+			// proves it is there within one interval.
+			if err := p.sendStatus(true); err != nil {
+				return err
+			}
+			if err := p.conn.Conn().SetReadDeadline(now.Add(cfg.StatusInterval)); err != nil {
+				return err
+			}
+			// A stop that landed just before the new deadline would wait a whole interval.
+			if ctx.Err() != nil {
+				return nil
+			}
+		}
+		msg, err := p.conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return pgError(StageStream, "receive", err)
+		}
+		p.lastRecv = time.Now()
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := p.copyData(ctx, msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return pgError(StageStream, "stream", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return &Error{Stage: StageStream, Detail: "the server ended the replication stream", Fix: "see the Postgres server log; the stream reconnects on its own"}
+		}
+	}
+}
+
+func (p *pump) copyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return &Error{Stage: StageDecode, Detail: err.Error(), Err: err}
+		}
+		end := change.LSN(k.ServerWALEnd)
+		p.serverEnd = max(p.serverEnd, end)
+		// With nothing partly received and everything handed on accepted, the server's WAL
+		// end may be confirmed: no transaction at or before it is still owed to the sink.
+		// Without this a quiet publication on a busy server pins WAL forever.
+		if !p.asm.open() && p.inflight.Load() == 0 && end > p.idle {
+			p.idle = end
+		}
+		p.f.update(func(s *Stats) { s.ServerEnd = p.serverEnd })
+		if k.ReplyRequested {
+			return p.sendStatus(false)
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return &Error{Stage: StageDecode, Detail: err.Error(), Err: err}
+		}
+		p.serverEnd = max(p.serverEnd, change.LSN(x.ServerWALEnd))
+		res, err := p.asm.handle(change.LSN(x.WALStart), x.WALData)
+		if err != nil {
+			return &Error{Stage: StageDecode, Detail: fmt.Sprintf("at %s: %v", change.LSN(x.WALStart), err), Err: err,
+				Fix: "report this with the Postgres version; the stream restarts from the last confirmed transaction"}
+		}
+		switch {
+		case res.txn != nil:
+			return p.enqueue(ctx, handoff{txn: res.txn, commit: res.txn.CommitLSN, end: res.txn.EndLSN})
+		case res.skipped != 0:
+			return p.enqueue(ctx, handoff{end: res.skipped})
+		}
+	}
+	return nil
+}
+
+// enqueue hands a committed transaction to the sink goroutine, sending status updates while it
+// waits for room.
+func (p *pump) enqueue(ctx context.Context, h handoff) error {
+	p.inflight.Add(1)
+	select {
+	case p.handoff <- h:
+		return nil
+	default:
+	}
+	tick := time.NewTicker(p.f.cfg.StatusInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case p.handoff <- h:
+			return nil
+		case err := <-p.sinkErr:
+			p.inflight.Add(-1)
+			return &Error{Stage: StageSink, Detail: "the sink refused a transaction: " + err.Error(), Err: err}
+		case <-ctx.Done():
+			p.inflight.Add(-1)
+			return nil
+		case <-tick.C:
+			if err := p.sendStatus(false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// position is what may be confirmed: the end of the last transaction the sink accepted, or a
+// later idle WAL end when nothing is owed.
+func (p *pump) position() change.LSN {
+	pos := change.LSN(p.accepted.Load())
+	if p.inflight.Load() == 0 && !p.asm.open() && p.idle > pos {
+		pos = p.idle
+	}
+	return max(pos, p.confirmed)
+}
+
+// sendStatus sends a standby status update confirming position().
+func (p *pump) sendStatus(replyRequested bool) error {
+	pos := p.position()
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), p.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pglogrepl.LSN(pos),
+		WALFlushPosition: pglogrepl.LSN(pos),
+		WALApplyPosition: pglogrepl.LSN(pos),
+		ReplyRequested:   replyRequested,
+	})
+	p.lastStatus = time.Now()
+	if err != nil {
+		p.f.update(func(s *Stats) { s.ConfirmFailures++ })
+		return &Error{Stage: StageConfirm, Detail: "send standby status update: " + safeNetError(err), Err: err,
+			Fix: "check the network path to Postgres; the stream reconnects on its own"}
+	}
+	p.confirmed = pos
+	p.f.update(func(s *Stats) { s.Confirmed, s.ConfirmFailures = pos, 0 })
+	return nil
+}
