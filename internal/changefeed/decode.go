@@ -116,9 +116,9 @@ func (d *decoder) lookup(id uint32) (*relation, error) {
 type tupleKind int
 
 const (
-	tupleNew  tupleKind = iota // 'N': the new row; 'u' columns are unchanged TOAST values
-	tupleOld                   // 'O': the whole old row (REPLICA IDENTITY FULL)
-	tupleKey                   // 'K': only the identity's key columns carry values
+	tupleNew tupleKind = iota // 'N': the new row; 'u' columns are unchanged TOAST values
+	tupleOld                  // 'O': the whole old row (REPLICA IDENTITY FULL)
+	tupleKey                  // 'K': only the identity's key columns carry values
 )
 
 // row converts a tuple to a Row. In a key tuple, 'n' means "not part of the identity", not

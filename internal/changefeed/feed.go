@@ -36,7 +36,7 @@ type Stats struct {
 	Restarts  int
 	Confirmed change.LSN // the last position confirmed to Postgres
 	// Accepted is the commit LSN of the last transaction the sink accepted.
-	Accepted change.LSN
+	Accepted        change.LSN
 	ServerEnd       change.LSN // the server's WAL end, as last reported
 	LagBytes        uint64     // ServerEnd - Confirmed
 	ConfirmFailures int        // status updates that failed to send since the last that landed
