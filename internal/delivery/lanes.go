@@ -93,6 +93,7 @@ func (l *Lanes) PushControl(b []byte) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		l.stats.discarded.Add(1)
 		return ErrClosed
 	}
 	if l.control.len() >= l.cfg.MaxControlFrames || l.ctlBytes+len(b) > l.cfg.MaxControlBytes {
