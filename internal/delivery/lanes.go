@@ -208,6 +208,7 @@ func (l *Lanes) Close() {
 	l.data.release()
 	l.markers.release()
 	l.ctlBytes, l.datBytes = 0, 0
+	l.taken = l.admitted // nothing is owed any more
 	l.stallSince = time.Time{}
 	l.parked = false
 	l.stats.discarded.Add(uint64(discarded))
