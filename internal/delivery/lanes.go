@@ -133,8 +133,9 @@ func (l *Lanes) PushData(f Frame) bool {
 		// a frame from after the gap ahead of the marker that announces the gap.
 		m.Last = f.Pos
 		m.Lost++
+		reason := m.Reason // m belongs to the writer again once mu is released
 		l.mu.Unlock()
-		l.stats.lost(m.Reason)
+		l.stats.lost(reason)
 		return false
 	}
 	switch {

@@ -129,7 +129,7 @@ func TestMarkerContract(t *testing.T) {
 			cfg:  Config{MaxDataFrames: 2, MaxBatchFrames: 1},
 			ops: []op{
 				push("a", 1, true), push("b", 1, true), push("a", 2, false),
-				next(),             // takes a@1: the lane has room again
+				next(),              // takes a@1: the lane has room again
 				push("a", 3, false), // but a's gap is open
 				push("b", 2, true),  // while b is unaffected
 				drain(),
