@@ -297,6 +297,11 @@ func (v *Verifier) claimsError(err error, claims jwt.MapClaims) error {
 			return invalid(StageClaims, fmt.Sprintf("the token has no iss claim; auth.issuer requires %q", v.cfg.Issuer),
 				fmt.Sprintf("issue tokens with iss %q, or unset auth.issuer", v.cfg.Issuer), err)
 		}
+		if _, present := claims["aud"]; present {
+			// The library reads an aud of any other JSON type as absent.
+			return invalid(StageClaims, "the aud claim is not a string or an array of strings",
+				"issue tokens whose aud is a string or an array of strings", err)
+		}
 		return invalid(StageClaims, fmt.Sprintf("the token has no aud claim; auth.audience requires %q", v.cfg.Audience),
 			fmt.Sprintf("issue tokens with aud %q, or unset auth.audience", v.cfg.Audience), err)
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
