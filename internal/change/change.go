@@ -18,7 +18,8 @@ type LSN uint64
 
 // String formats the LSN as Postgres does.
 func (l LSN) String() string {
-	return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l))
+	var b [17]byte
+	return string(appendLSN(b[:0], l))
 }
 
 // ParseLSN reads the Postgres text form of an LSN ("16/B374D848").
@@ -39,7 +40,10 @@ func ParseLSN(s string) (LSN, error) {
 }
 
 // MarshalText implements encoding.TextMarshaler, so an LSN is a JSON string.
-func (l LSN) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+func (l LSN) MarshalText() ([]byte, error) { return appendLSN(nil, l), nil }
+
+// AppendText appends the text form of l to dst.
+func (l LSN) AppendText(dst []byte) ([]byte, error) { return appendLSN(dst, l), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler.
 func (l *LSN) UnmarshalText(b []byte) error {
@@ -193,4 +197,77 @@ type Txn struct {
 type Overflow struct {
 	Tables  map[string]int // changes let go, by schema-qualified table
 	Changes int            // their total
+}
+
+// AppendJSON appends the event as one JSON object to dst, with the same fields and names as
+// encoding/json would give it, without reflection: this runs once per change on hot paths.
+func (e *Event) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"table":`...)
+	dst = AppendJSONString(dst, e.Table)
+	dst = append(dst, `,"op":`...)
+	dst = AppendJSONString(dst, string(e.Op))
+	dst = append(dst, `,"before":`...)
+	dst = e.Before.AppendJSON(dst)
+	dst = append(dst, `,"after":`...)
+	dst = e.After.AppendJSON(dst)
+	if len(e.Omitted) > 0 {
+		dst = append(dst, `,"omitted":[`...)
+		for i, c := range e.Omitted {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = AppendJSONString(dst, c)
+		}
+		dst = append(dst, ']')
+	}
+	if e.BeforeKeyOnly {
+		dst = append(dst, `,"before_key_only":true`...)
+	}
+	dst = append(dst, `,"lsn":"`...)
+	dst = appendLSN(dst, e.LSN)
+	dst = append(dst, `","txid":`...)
+	dst = strconv.AppendUint(dst, uint64(e.TxID), 10)
+	dst = append(dst, `,"commit_time":"`...)
+	dst = e.CommitTime.UTC().AppendFormat(dst, time.RFC3339Nano)
+	dst = append(dst, '"')
+	if e.Tenant != "" {
+		dst = append(dst, `,"tenant":`...)
+		dst = AppendJSONString(dst, e.Tenant)
+	}
+	if e.WriteTag != "" {
+		dst = append(dst, `,"write_tag":`...)
+		dst = AppendJSONString(dst, e.WriteTag)
+	}
+	if e.Prefix != "" {
+		dst = append(dst, `,"prefix":`...)
+		dst = AppendJSONString(dst, e.Prefix)
+	}
+	if e.Content != "" {
+		dst = append(dst, `,"content":`...)
+		dst = AppendJSONString(dst, e.Content)
+	}
+	return append(dst, '}')
+}
+
+// appendLSN appends the text form of l, in Postgres's upper-case hexadecimal, without
+// allocating.
+func appendLSN(dst []byte, l LSN) []byte {
+	dst = appendHex32(dst, uint32(l>>32))
+	dst = append(dst, '/')
+	return appendHex32(dst, uint32(l))
+}
+
+func appendHex32(dst []byte, v uint32) []byte {
+	const digits = "0123456789ABCDEF"
+	var b [8]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = digits[v&0xF]
+		v >>= 4
+		if v == 0 {
+			break
+		}
+	}
+	return append(dst, b[i:]...)
 }

@@ -2,7 +2,9 @@ package change
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -111,4 +113,41 @@ func FuzzAppendJSONString(f *testing.F) {
 			t.Fatalf("round trip of %q gave %q", s, back)
 		}
 	})
+}
+
+func TestEventAppendJSONMatchesEncodingJSON(t *testing.T) {
+	events := []Event{
+		{Table: "public.items", Op: Insert, After: Row{{"id", json.RawMessage(`1`)}, {"b", json.RawMessage(`"x\"y"`)}},
+			LSN: 0x16B374D848, TxID: 7, CommitTime: time.Date(2024, 1, 6, 8, 30, 0, 123456000, time.UTC), Tenant: "acme", WriteTag: "w1"},
+		{Table: "public.items", Op: Update, Before: Row{{"id", json.RawMessage(`1`)}}, BeforeKeyOnly: true,
+			After: Row{{"id", json.RawMessage(`1`)}}, Omitted: []string{"body", "blob"}, LSN: 1},
+		{Table: "s.t", Op: Truncate},
+		{Op: Message, Prefix: "app", Content: "hello\n", LSN: 0xA},
+	}
+	for i, e := range events {
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := e.AppendJSON(nil)
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("event %d: AppendJSON gave invalid JSON %s: %v", i, got, err)
+		}
+		_ = json.Unmarshal(want, &w)
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("event %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+func BenchmarkEventAppendJSON(b *testing.B) {
+	e := Event{Table: "public.items", Op: Update,
+		After: Row{{"id", json.RawMessage(`12345`)}, {"org_id", json.RawMessage(`"acme"`)}, {"body", json.RawMessage(`"0123456789012345678901234567890123456789012345678901234567890123"`)}, {"n", json.RawMessage(`7`)}},
+		LSN:   0x16B374D848, TxID: 7, CommitTime: time.Now()}
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = e.AppendJSON(buf[:0])
+	}
 }
