@@ -1,0 +1,631 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/heraldrt/herald/internal/change"
+)
+
+// DefaultMaxFrameBytes is the limit Decode applies when given none: 64 KiB, which holds any
+// subscribe with a sizeable filter and a publish of a modest document. Servers advertise their
+// actual limit in welcome.limits.max_frame_bytes.
+const DefaultMaxFrameBytes = 64 << 10
+
+// MaxIDBytes bounds request ids and subscription ids. Both are 1 to 64 printable ASCII
+// characters without spaces (0x21-0x7E): they are echoed in replies, label logs and metrics,
+// and a subscription id starts an SSE event id, where a space ends it.
+const MaxIDBytes = 64
+
+// Decode reads one frame a client sent: *Connect, *Refresh, *Subscribe, *Unsubscribe,
+// *Publish, *Ping or *Ack. limit is the largest frame accepted, in bytes; limit <= 0 means
+// DefaultMaxFrameBytes. Every error is an *Error whose Code is frame_too_large, bad_frame,
+// unknown_type or bad_position, with ID set when the frame's id could be read.
+func Decode(b []byte, limit int) (Frame, error) {
+	if limit <= 0 {
+		limit = DefaultMaxFrameBytes
+	}
+	var r reader
+	if err := r.start(b, limit, false); err != nil {
+		return nil, err
+	}
+	var f Frame
+	switch r.typ {
+	case FrameConnect:
+		f = r.connect()
+	case FrameRefresh:
+		f = &Refresh{ID: r.id, Token: r.string("token", required, `"token":"eyJhbGciOi..."`)}
+	case FrameSubscribe:
+		f = r.subscribe()
+	case FrameUnsubscribe:
+		f = &Unsubscribe{ID: r.id, Sub: r.token("sub", `"sub":"s1"`)}
+	case FramePublish:
+		f = &Publish{
+			ID:      r.id,
+			Channel: r.string("channel", required, `"channel":"rooms/1"`),
+			Event:   r.string("event", optional, `"event":"chat"`),
+			Data:    r.raw("data", required, `"data":{"text":"hi"}`),
+		}
+	case FramePing:
+		f = &Ping{ID: r.id}
+	case FrameAck:
+		f = &Ack{ID: r.id, Sub: r.token("sub", `"sub":"s1"`), Pos: r.position("pos", required)}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return f, nil
+}
+
+// DecodeServer reads one frame the server sent, for a client. limit <= 0 means no limit: the
+// server's frames carry rows and payloads of any size. It checks types and required fields as
+// strictly as Decode but not the id grammar, which is the client's own. A frame type this
+// version does not know is an *Error with code unknown_type, which a client must ignore: a
+// newer server may send new frame types within v1.
+func DecodeServer(b []byte, limit int) (Frame, error) {
+	var r reader
+	if err := r.start(b, limit, true); err != nil {
+		return nil, err
+	}
+	var f Frame
+	switch r.typ {
+	case FrameWelcome:
+		f = r.welcome()
+	case FrameSubscribed:
+		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", required)}
+	case FrameUnsubscribed:
+		f = &Unsubscribed{
+			ID:      r.id,
+			Sub:     r.string("sub", required, `"sub":"s1"`),
+			Code:    Code(r.string("code", nonEmpty, `"code":"forbidden"`)),
+			Message: r.string("message", optional, ""),
+		}
+	case FrameChange:
+		f = r.change()
+	case FrameMessage:
+		f = &Message{
+			Sub:     r.string("sub", required, `"sub":"s1"`),
+			Pos:     r.position("pos", required),
+			Channel: r.string("channel", required, `"channel":"rooms/1"`),
+			Event:   r.string("event", optional, ""),
+			Data:    r.raw("data", required, `"data":{"text":"hi"}`),
+		}
+	case FrameResync:
+		f = &Resync{
+			Sub:    r.string("sub", required, `"sub":"s1"`),
+			First:  r.position("first", optional),
+			Last:   r.position("last", required),
+			Lost:   r.uint("lost", 1<<64-1),
+			Reason: ResyncReason(r.string("reason", required, `"reason":"lane_full"`)),
+		}
+	case FrameError:
+		e := &Error{
+			ID:      r.id,
+			Code:    Code(r.string("code", required, `"code":"bad_frame"`)),
+			Status:  int(r.uint("status", 999)),
+			Message: r.string("message", optional, ""),
+			Field:   r.string("field", optional, ""),
+			Sub:     r.string("sub", optional, ""),
+		}
+		if e.Status == e.Code.Status() {
+			e.Status = 0 // the default, so a decoded error compares equal to a made one
+		}
+		f = e
+	case FramePong:
+		f = &Pong{ID: r.id}
+	case FrameRefreshed:
+		f = &Refreshed{ID: r.id, ExpiresAt: r.time("expires_at"), ExpiresIn: r.seconds("expires_in")}
+	case FramePublished:
+		f = &Published{ID: r.id, Pos: r.position("pos", required)}
+	case FrameExpiring:
+		f = &Expiring{ExpiresAt: r.time("expires_at"), ExpiresIn: r.seconds("expires_in")}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return f, nil
+}
+
+// need says how a field must be present.
+type need uint8
+
+const (
+	optional need = iota // absent, null and "" all read as the zero value
+	nonEmpty             // may be absent or null, but if present not ""
+	required             // present, not null, not ""
+)
+
+// reader pulls typed fields out of one frame's members and keeps the first error, so each
+// frame's decoder reads as a list of fields.
+type reader struct {
+	ms     []member
+	buf    [12]member // backing for ms: frames rarely have more members
+	id     string     // the frame's id, once it has been read
+	typ    FrameType
+	prefix string // for nested objects: "limits."
+	err    *Error
+}
+
+// start checks the frame's size, encoding and syntax and reads its type and id.
+func (r *reader) start(b []byte, limit int, server bool) *Error {
+	if limit > 0 && len(b) > limit {
+		return &Error{Code: CodeFrameTooLarge, Message: fmt.Sprintf(
+			"the frame is %d bytes and the limit is %d (welcome.limits.max_frame_bytes); send a smaller frame", len(b), limit)}
+	}
+	if !utf8.Valid(b) {
+		return &Error{Code: CodeBadFrame, Message: "the frame is not valid UTF-8; send JSON text encoded as UTF-8"}
+	}
+	ms, ok, err := objectMembers(b, r.buf[:0])
+	if err != nil {
+		return &Error{Code: CodeBadFrame, Err: err, Message: fmt.Sprintf(
+			`the frame is not valid JSON (%v); send one JSON object, like {"type":"ping","id":"1"}`, err)}
+	}
+	if !ok {
+		return &Error{Code: CodeBadFrame, Message: fmt.Sprintf(
+			`the frame is %s; send one JSON object, like {"type":"ping","id":"1"}`, jsonKind(trimSpace(b)))}
+	}
+	r.ms = ms
+
+	// Read the id first, leniently, so that every later error can echo it.
+	idRaw, idErr := r.find("id")
+	if idErr == nil && len(idRaw) > 0 && idRaw[0] == '"' {
+		if id := unquote(idRaw); server || validToken(id) {
+			r.id = id
+		}
+	}
+
+	typ := r.string("type", required, `"type":"subscribe"`)
+	if r.err != nil {
+		return r.err
+	}
+	r.typ = FrameType(typ)
+	if msg := unknownType(r.typ, server); msg != "" {
+		return &Error{ID: r.id, Code: CodeUnknownType, Field: "type", Message: msg}
+	}
+	if server {
+		// Replies carry the id of their request; other server frames have none. Either
+		// way it is the client's own string, so it is not checked against the grammar.
+		if r.typ == FramePong || r.typ == FrameRefreshed || r.typ == FramePublished {
+			r.string("id", required, `"id":"1"`)
+		} else {
+			r.string("id", optional, "")
+		}
+		return r.err
+	}
+	r.token("id", `"id":"1"`)
+	return r.err
+}
+
+// unknownType returns why t is not a frame the reading side accepts, or "" when it is.
+func unknownType(t FrameType, server bool) string {
+	known := false
+	for _, k := range FrameTypes() {
+		if k == t {
+			known = true
+			break
+		}
+	}
+	switch {
+	case known && t.FromClient() != server:
+		return ""
+	case known && server:
+		return fmt.Sprintf("%q is a frame a client sends, not the server", t)
+	case known:
+		return fmt.Sprintf("%q is a frame the server sends, not a client", t)
+	case t == "track" || t == "untrack" || t == "join" || t == "leave" || t == "roster":
+		return fmt.Sprintf("%q is reserved for presence, which this server version does not serve", t)
+	case server:
+		return fmt.Sprintf("unknown frame type %q; this client ignores it", t)
+	}
+	return fmt.Sprintf("unknown frame type %q; a client sends connect, refresh, subscribe, unsubscribe, publish, ping or ack", t)
+}
+
+func (r *reader) fail(field string, code Code, format string, args ...any) {
+	if r.err != nil {
+		return
+	}
+	r.err = &Error{ID: r.id, Code: code, Field: r.prefix + field, Message: fmt.Sprintf(format, args...)}
+}
+
+// find returns the raw value of field name, nil when it is absent or null. A field that
+// appears twice is an error: two parsers that keep different copies would disagree about
+// what the frame says.
+func (r *reader) find(name string) ([]byte, error) {
+	var v []byte
+	found := false
+	for i := range r.ms {
+		if string(r.ms[i].key) == name {
+			if found {
+				return nil, fmt.Errorf("%q appears more than once; send it once", r.prefix+name)
+			}
+			found = true
+			v = r.ms[i].val
+		}
+	}
+	if string(v) == "null" {
+		return nil, nil
+	}
+	return v, nil
+}
+
+// field returns the raw value of name, failing when it is required and absent.
+func (r *reader) field(name string, n need, example string) []byte {
+	v, err := r.find(name)
+	if err != nil {
+		r.fail(name, CodeBadFrame, "%v", err)
+		return nil
+	}
+	if v == nil && n == required {
+		r.fail(name, CodeBadFrame, "%q is missing; add it, like %s", r.prefix+name, example)
+	}
+	return v
+}
+
+func (r *reader) wrongType(name, want string, v []byte, example string) {
+	msg := fmt.Sprintf("%q must be %s, not %s", r.prefix+name, want, jsonKind(v))
+	if example != "" {
+		msg += "; like " + example
+	}
+	r.fail(name, CodeBadFrame, "%s", msg)
+}
+
+func (r *reader) string(name string, n need, example string) string {
+	v := r.field(name, n, example)
+	if v == nil {
+		return ""
+	}
+	if v[0] != '"' {
+		r.wrongType(name, "a string", v, example)
+		return ""
+	}
+	s := unquote(v)
+	if s == "" && n != optional {
+		r.fail(name, CodeBadFrame, "%q is empty; give it a value, like %s", r.prefix+name, example)
+	}
+	return s
+}
+
+// token reads a required id: 1 to MaxIDBytes printable ASCII characters without spaces.
+func (r *reader) token(name, example string) string {
+	s := r.string(name, required, example)
+	if s != "" && !validToken(s) {
+		r.fail(name, CodeBadFrame, "%q must be 1 to %d printable ASCII characters without spaces, like %s",
+			name, MaxIDBytes, example)
+		return ""
+	}
+	return s
+}
+
+func validToken(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7E {
+			return false
+		}
+	}
+	return true
+}
+
+// uint reads an optional whole number no larger than max; absent reads as 0.
+func (r *reader) uint(name string, max uint64) uint64 {
+	v := r.field(name, optional, "")
+	if v == nil {
+		return 0
+	}
+	n, ok := parseDecimal(string(v), max)
+	if !ok {
+		if v[0] == '-' || ('0' <= v[0] && v[0] <= '9') {
+			r.fail(name, CodeBadFrame, "%q must be a whole number from 0 to %d, not %s", r.prefix+name, max, v)
+		} else {
+			r.wrongType(name, "a number", v, "")
+		}
+	}
+	return n
+}
+
+func (r *reader) seconds(name string) time.Duration {
+	return time.Duration(r.uint(name, 1<<32)) * time.Second
+}
+
+func (r *reader) bool(name string) bool {
+	v := r.field(name, optional, "")
+	switch string(v) {
+	case "", "false":
+		return false
+	case "true":
+		return true
+	}
+	r.wrongType(name, "true or false", v, "")
+	return false
+}
+
+func (r *reader) time(name string) time.Time {
+	v := r.field(name, optional, "")
+	if v == nil {
+		return time.Time{}
+	}
+	const example = `"2025-01-02T03:04:05.123Z"`
+	if v[0] != '"' {
+		r.wrongType(name, "an RFC 3339 time", v, example)
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, unquote(v))
+	// Years outside 0000-9999 in UTC have no RFC 3339 form to send back.
+	if y := t.UTC().Year(); err != nil || y < 0 || y > 9999 {
+		r.fail(name, CodeBadFrame, "%q must be an RFC 3339 time, like %s", r.prefix+name, example)
+		return time.Time{}
+	}
+	return t
+}
+
+// raw reads any JSON value, compacted into a copy that does not alias the frame.
+func (r *reader) raw(name string, n need, example string) json.RawMessage {
+	v := r.field(name, n, example)
+	if v == nil {
+		return nil
+	}
+	return appendCompact(make([]byte, 0, len(v)), v)
+}
+
+// strings reads an array of non-empty strings; absent reads as nil, [] as an error.
+func (r *reader) strings(name, example string) []string {
+	v := r.field(name, optional, example)
+	if v == nil {
+		return nil
+	}
+	if v[0] != '[' {
+		r.wrongType(name, "an array of strings", v, example)
+		return nil
+	}
+	elems := arrayElements(v)
+	if len(elems) == 0 {
+		r.fail(name, CodeBadFrame, "%q is an empty list; name at least one, or leave it out", r.prefix+name)
+		return nil
+	}
+	out := make([]string, len(elems))
+	for i, e := range elems {
+		if e[0] != '"' {
+			r.fail(fmt.Sprintf("%s[%d]", name, i), CodeBadFrame, "%s[%d] must be a string, not %s; like %s",
+				r.prefix+name, i, jsonKind(e), example)
+			return nil
+		}
+		if out[i] = unquote(e); out[i] == "" {
+			r.fail(fmt.Sprintf("%s[%d]", name, i), CodeBadFrame, "%s[%d] is empty; like %s", r.prefix+name, i, example)
+			return nil
+		}
+	}
+	return out
+}
+
+func (r *reader) position(name string, n need) Position {
+	v := r.field(name, n, `"`+name+`":"16/B374D848"`)
+	if v == nil {
+		return Position{}
+	}
+	p, err := positionValue(v, r.prefix+name)
+	if err != nil {
+		if err.Field == "" {
+			err.Field = r.prefix + name
+		}
+		r.fail(strings.TrimPrefix(err.Field, r.prefix), CodeBadFrame, "%s", err.Message)
+	}
+	return p
+}
+
+// positionValue reads a position's JSON form: a string holding its text form, or a channel
+// position's object. name is the field's name, for errors; a failure is a bad_frame *Error
+// whose Field is set when a member of the object is at fault, like "from.offset".
+func positionValue(v []byte, name string) (Position, *Error) {
+	switch v[0] {
+	case '"':
+		p, err := ParsePosition(unquote(v))
+		if err != nil {
+			return Position{}, &Error{Code: CodeBadFrame, Err: err, Message: fmt.Sprintf("%q: %v", name, err)}
+		}
+		return p, nil
+	case '{':
+	default:
+		return Position{}, &Error{Code: CodeBadFrame, Message: fmt.Sprintf(
+			`%q must be a position: a string like "16/B374D848" or an object like {"epoch":"k7Hq2x","offset":42}, not %s`,
+			name, jsonKind(v))}
+	}
+	ms, _, err := objectMembers(v, nil)
+	if err != nil {
+		return Position{}, &Error{Code: CodeBadFrame, Err: err, Message: fmt.Sprintf("%q: %v", name, err)}
+	}
+	r := reader{ms: ms, prefix: name + "."}
+	epoch := r.string("epoch", required, `"epoch":"k7Hq2x"`)
+	if r.err == nil && !validEpoch(epoch) {
+		r.fail("epoch", CodeBadFrame, "%q must be 1 to %d characters from A-Z a-z 0-9 . _ ~ -, like \"k7Hq2x\"",
+			name+".epoch", MaxEpochBytes)
+	}
+	var offset uint64
+	if r.field("offset", required, `"offset":42`); r.err == nil {
+		offset = r.uint("offset", 1<<64-1)
+	}
+	if r.err != nil {
+		return Position{}, r.err
+	}
+	return ChannelPosition(epoch, offset), nil
+}
+
+func (r *reader) connect() Frame {
+	return &Connect{ID: r.id, Token: r.string("token", nonEmpty,
+		`"token":"eyJhbGciOi...", or leave it out to use the upgrade request's token`)}
+}
+
+func (r *reader) subscribe() Frame {
+	f := &Subscribe{
+		ID:      r.id,
+		Sub:     r.token("sub", `"sub":"s1"`),
+		Table:   r.string("table", nonEmpty, `"table":"public.items"`),
+		Filter:  r.raw("filter", optional, ""),
+		Columns: r.strings("columns", `"columns":["id","title"]`),
+		Channel: r.string("channel", nonEmpty, `"channel":"rooms/1"`),
+		Event:   r.string("event", optional, ""),
+		From:    r.position("from", optional),
+		Mode:    Mode(r.string("mode", nonEmpty, `"mode":"broadcast"`)),
+	}
+	if r.err != nil {
+		return nil
+	}
+	if f.Mode == "" {
+		f.Mode = ModeBroadcast
+	}
+	if err := validateSubscribe(f); err != nil {
+		err.ID = r.id
+		r.err = err
+		return nil
+	}
+	return f
+}
+
+// validateSubscribe checks what a subscribe means, apart from how it was written, so a
+// subscription from an SSE URL gets the same checks as one from a frame.
+func validateSubscribe(f *Subscribe) *Error {
+	bad := func(field, format string, args ...any) *Error {
+		return &Error{Code: CodeBadFrame, Field: field, Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case f.Table == "" && f.Channel == "":
+		return bad("table", `subscribe names a table, like "table":"public.items", or a channel, like "channel":"rooms/1"`)
+	case f.Table != "" && f.Channel != "":
+		return bad("channel", "a subscription names a table or a channel, not both; send one subscribe for each")
+	case f.Table != "" && !validTable(f.Table):
+		return bad("table", `"table" must be schema-qualified, like "public.items"`)
+	case f.Channel != "" && f.Filter != nil:
+		return bad("filter", `"filter" goes with a table subscription; a channel subscription filters by "event"`)
+	case f.Channel != "" && f.Columns != nil:
+		return bad("columns", `"columns" goes with a table subscription; a channel subscription carries its publication's data whole`)
+	case f.Table != "" && f.Event != "":
+		return bad("event", `"event" goes with a channel subscription; a table subscription filters with "filter"`)
+	case f.Mode != ModeBroadcast && f.Mode != ModeSingle:
+		return bad("mode", `"mode" must be "broadcast" (the default) or "single", not %q`, f.Mode)
+	case f.Table != "" && f.From.IsChannel():
+		return &Error{Code: CodeBadPosition, Field: "from", Message: fmt.Sprintf(
+			`a table subscription resumes from a commit position like "16/B374D848", not the channel position %q`, f.From)}
+	case f.Channel != "" && f.From.IsTable():
+		return &Error{Code: CodeBadPosition, Field: "from", Message: fmt.Sprintf(
+			`a channel subscription resumes from a channel position like {"epoch":"k7Hq2x","offset":42}, not the table position %q`, f.From)}
+	}
+	return nil
+}
+
+// validTable reports whether t looks schema-qualified: a dot with a name on each side. The
+// router checks that the table exists; this catches the common mistake of leaving out the
+// schema.
+func validTable(t string) bool {
+	i := strings.IndexByte(t, '.')
+	return i > 0 && i < len(t)-1
+}
+
+func (r *reader) welcome() Frame {
+	if r.field("v", required, `"v":1`) == nil {
+		return nil
+	}
+	f := &Welcome{
+		ID:        r.id,
+		Version:   int(r.uint("v", 1<<31-1)),
+		Session:   r.string("session", required, `"session":"..."`),
+		ExpiresAt: r.time("expires_at"),
+		ExpiresIn: r.seconds("expires_in"),
+	}
+	v := r.field("limits", optional, "")
+	if v == nil {
+		return f
+	}
+	if v[0] != '{' {
+		r.wrongType("limits", "an object", v, "")
+		return nil
+	}
+	ms, _, _ := objectMembers(v, nil)
+	lr := reader{ms: ms, id: r.id, prefix: "limits."}
+	f.Limits = Limits{
+		MaxFrameBytes:    int(lr.uint("max_frame_bytes", 1<<31-1)),
+		MaxSubscriptions: int(lr.uint("max_subscriptions", 1<<31-1)),
+		PingInterval:     time.Duration(lr.uint("ping_interval_ms", 1<<31-1)) * time.Millisecond,
+	}
+	if lr.err != nil && r.err == nil {
+		r.err = lr.err
+	}
+	return f
+}
+
+func (r *reader) change() Frame {
+	f := &Change{
+		Sub:        r.string("sub", required, `"sub":"s1"`),
+		Idx:        uint32(r.uint("idx", 1<<32-1)),
+		Op:         Op(r.string("op", required, `"op":"insert"`)),
+		Table:      r.string("table", required, `"table":"public.items"`),
+		Row:        r.row("row"),
+		Old:        r.row("old"),
+		OldKeyOnly: r.bool("old_key_only"),
+		Omitted:    r.strings("omitted", `"omitted":["body"]`),
+		CommitTime: r.time("commit_time"),
+		TxID:       r.uint("txid", 1<<64-1),
+		WriteTag:   r.string("write_tag", optional, ""),
+	}
+	if f.Old == nil {
+		f.OldKeyOnly = false // it describes old, and there is none
+	}
+	if v := r.field("pos", required, `"pos":"16/B374D848"`); v != nil {
+		if v[0] != '"' {
+			r.wrongType("pos", "a commit LSN string", v, `"pos":"16/B374D848"`)
+		} else if lsn, err := change.ParseLSN(unquote(v)); err != nil || lsn == 0 {
+			r.fail("pos", CodeBadFrame, `"pos" must be a commit LSN like "16/B374D848", not %s`, v)
+		} else {
+			f.LSN = lsn
+		}
+	}
+	return f
+}
+
+// row reads a row image: an object whose members are columns, in order.
+func (r *reader) row(name string) change.Row {
+	v := r.field(name, optional, "")
+	if v == nil {
+		return nil
+	}
+	if v[0] != '{' {
+		r.wrongType(name, "an object of columns", v, "")
+		return nil
+	}
+	ms, _, _ := objectMembers(v, nil)
+	row := make(change.Row, len(ms))
+	for i, m := range ms {
+		row[i] = change.Column{Name: string(m.key), Value: appendCompact(make([]byte, 0, len(m.val)), m.val)}
+	}
+	return row
+}
+
+// arrayElements returns the elements of a scanned, valid JSON array.
+func arrayElements(v []byte) [][]byte {
+	s := scanner{b: v, i: 1}
+	var out [][]byte
+	s.ws()
+	if s.i < len(v) && v[s.i] == ']' {
+		return out
+	}
+	for s.i < len(v) {
+		s.ws()
+		start := s.i
+		if s.value(0) != nil {
+			return out
+		}
+		out = append(out, v[start:s.i])
+		s.ws()
+		s.i++ // ',' or ']'
+	}
+	return out
+}
+
+func trimSpace(b []byte) []byte {
+	s := scanner{b: b}
+	s.ws()
+	return b[s.i:]
+}
