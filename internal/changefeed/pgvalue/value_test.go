@@ -29,155 +29,155 @@ func runJSONCases(t *testing.T, cases []jsonCase) {
 	}
 }
 
-func TestIntegers(t *testing.T) {
-	runJSONCases(t, []jsonCase{
-		{"int2 zero", Int2OID, "0", `0`},
-		{"int2 max", Int2OID, "32767", `32767`},
-		{"int2 min", Int2OID, "-32768", `-32768`},
-		{"int2 above max", Int2OID, "32768", `"32768"`},
-		{"int2 below min", Int2OID, "-32769", `"-32769"`},
-		{"int4 max", Int4OID, "2147483647", `2147483647`},
-		{"int4 min", Int4OID, "-2147483648", `-2147483648`},
-		{"int4 above max", Int4OID, "2147483648", `"2147483648"`},
-		{"int4 negative", Int4OID, "-42", `-42`},
-		{"oid max", OIDOID, "4294967295", `4294967295`},
-		{"oid above max", OIDOID, "4294967296", `"4294967296"`},
-		{"oid negative", OIDOID, "-1", `"-1"`},
-		{"int8 small", Int8OID, "42", `42`},
-		{"int8 2^53", Int8OID, "9007199254740992", `9007199254740992`},
-		{"int8 -2^53", Int8OID, "-9007199254740992", `-9007199254740992`},
-		{"int8 2^53+1", Int8OID, "9007199254740993", `"9007199254740993"`},
-		{"int8 -2^53-1", Int8OID, "-9007199254740993", `"-9007199254740993"`},
-		{"int8 max", Int8OID, "9223372036854775807", `"9223372036854775807"`},
-		{"int8 min", Int8OID, "-9223372036854775808", `"-9223372036854775808"`},
-		{"int8 past uint64", Int8OID, "99999999999999999999999", `"99999999999999999999999"`},
-		{"leading zero", Int4OID, "007", `"007"`},
-		{"plus sign", Int4OID, "+1", `"+1"`},
-		{"fraction", Int4OID, "1.0", `"1.0"`},
-		{"space", Int4OID, " 1", `" 1"`},
-		{"lone minus", Int4OID, "-", `"-"`},
-		{"empty", Int4OID, "", `""`},
-	})
+func TestIntegers(t *testing.T) { runJSONCases(t, integerCases) }
+
+var integerCases = []jsonCase{
+	{"int2 zero", Int2OID, "0", `0`},
+	{"int2 max", Int2OID, "32767", `32767`},
+	{"int2 min", Int2OID, "-32768", `-32768`},
+	{"int2 above max", Int2OID, "32768", `"32768"`},
+	{"int2 below min", Int2OID, "-32769", `"-32769"`},
+	{"int4 max", Int4OID, "2147483647", `2147483647`},
+	{"int4 min", Int4OID, "-2147483648", `-2147483648`},
+	{"int4 above max", Int4OID, "2147483648", `"2147483648"`},
+	{"int4 negative", Int4OID, "-42", `-42`},
+	{"oid max", OIDOID, "4294967295", `4294967295`},
+	{"oid above max", OIDOID, "4294967296", `"4294967296"`},
+	{"oid negative", OIDOID, "-1", `"-1"`},
+	{"int8 small", Int8OID, "42", `42`},
+	{"int8 2^53", Int8OID, "9007199254740992", `9007199254740992`},
+	{"int8 -2^53", Int8OID, "-9007199254740992", `-9007199254740992`},
+	{"int8 2^53+1", Int8OID, "9007199254740993", `"9007199254740993"`},
+	{"int8 -2^53-1", Int8OID, "-9007199254740993", `"-9007199254740993"`},
+	{"int8 max", Int8OID, "9223372036854775807", `"9223372036854775807"`},
+	{"int8 min", Int8OID, "-9223372036854775808", `"-9223372036854775808"`},
+	{"int8 past uint64", Int8OID, "99999999999999999999999", `"99999999999999999999999"`},
+	{"leading zero", Int4OID, "007", `"007"`},
+	{"plus sign", Int4OID, "+1", `"+1"`},
+	{"fraction", Int4OID, "1.0", `"1.0"`},
+	{"space", Int4OID, " 1", `" 1"`},
+	{"lone minus", Int4OID, "-", `"-"`},
+	{"empty", Int4OID, "", `""`},
 }
 
-func TestNumeric(t *testing.T) {
-	runJSONCases(t, []jsonCase{
-		{"keeps scale", NumericOID, "1.10", `1.10`},
-		{"integer", NumericOID, "100", `100`},
-		{"negative", NumericOID, "-1.5", `-1.5`},
-		{"zero", NumericOID, "0", `0`},
-		{"zero with scale", NumericOID, "0.000", `0.000`},
-		{"tenth", NumericOID, "0.1", `0.1`},
-		{"negative tenth", NumericOID, "-0.1", `-0.1`},
-		{"17 digits, shortest", NumericOID, "0.30000000000000004", `0.30000000000000004`},
-		{"1 + ulp", NumericOID, "1.0000000000000002", `1.0000000000000002`},
-		{"2^53", NumericOID, "9007199254740992", `9007199254740992`},
-		{"2^53+1", NumericOID, "9007199254740993", `"9007199254740993"`},
-		{"1e30", NumericOID, "1" + strings.Repeat("0", 30), "1" + strings.Repeat("0", 30)},
-		{"max float64", NumericOID, "17976931348623157" + strings.Repeat("0", 292), "17976931348623157" + strings.Repeat("0", 292)},
-		{"smallest subnormal", NumericOID, "0." + strings.Repeat("0", 323) + "5", "0." + strings.Repeat("0", 323) + "5"},
-		{"1 + 1e-16 reads as 1", NumericOID, "1.0000000000000001", `"1.0000000000000001"`},
-		{"18 significant digits", NumericOID, "1.00000000000000011", `"1.00000000000000011"`},
-		{"exact value of 0.1", NumericOID, "0.1000000000000000055511151231257827021181583404541015625", `"0.1000000000000000055511151231257827021181583404541015625"`},
-		{"0.1 to 19 places", NumericOID, "0.1000000000000000055", `"0.1000000000000000055"`},
-		{"30 digits", NumericOID, "123456789012345678901234567890", `"123456789012345678901234567890"`},
-		{"overflows float64", NumericOID, "1" + strings.Repeat("0", 400), `"1` + strings.Repeat("0", 400) + `"`},
-		{"underflows float64", NumericOID, "0." + strings.Repeat("0", 400) + "1", `"0.` + strings.Repeat("0", 400) + `1"`},
-		{"NaN", NumericOID, "NaN", `"NaN"`},
-		{"Infinity", NumericOID, "Infinity", `"Infinity"`},
-		{"-Infinity", NumericOID, "-Infinity", `"-Infinity"`},
-		{"exponent", NumericOID, "1e5", `"1e5"`},
-		{"leading zero", NumericOID, "01.5", `"01.5"`},
-		{"bare fraction", NumericOID, ".5", `".5"`},
-		{"trailing point", NumericOID, "1.", `"1."`},
-		{"plus sign", NumericOID, "+1", `"+1"`},
-		{"empty", NumericOID, "", `""`},
-	})
+func TestNumeric(t *testing.T) { runJSONCases(t, numericCases) }
+
+var numericCases = []jsonCase{
+	{"keeps scale", NumericOID, "1.10", `1.10`},
+	{"integer", NumericOID, "100", `100`},
+	{"negative", NumericOID, "-1.5", `-1.5`},
+	{"zero", NumericOID, "0", `0`},
+	{"zero with scale", NumericOID, "0.000", `0.000`},
+	{"tenth", NumericOID, "0.1", `0.1`},
+	{"negative tenth", NumericOID, "-0.1", `-0.1`},
+	{"17 digits, shortest", NumericOID, "0.30000000000000004", `0.30000000000000004`},
+	{"1 + ulp", NumericOID, "1.0000000000000002", `1.0000000000000002`},
+	{"2^53", NumericOID, "9007199254740992", `9007199254740992`},
+	{"2^53+1", NumericOID, "9007199254740993", `"9007199254740993"`},
+	{"1e30", NumericOID, "1" + strings.Repeat("0", 30), "1" + strings.Repeat("0", 30)},
+	{"max float64", NumericOID, "17976931348623157" + strings.Repeat("0", 292), "17976931348623157" + strings.Repeat("0", 292)},
+	{"smallest subnormal", NumericOID, "0." + strings.Repeat("0", 323) + "5", "0." + strings.Repeat("0", 323) + "5"},
+	{"1 + 1e-16 reads as 1", NumericOID, "1.0000000000000001", `"1.0000000000000001"`},
+	{"18 significant digits", NumericOID, "1.00000000000000011", `"1.00000000000000011"`},
+	{"exact value of 0.1", NumericOID, "0.1000000000000000055511151231257827021181583404541015625", `"0.1000000000000000055511151231257827021181583404541015625"`},
+	{"0.1 to 19 places", NumericOID, "0.1000000000000000055", `"0.1000000000000000055"`},
+	{"30 digits", NumericOID, "123456789012345678901234567890", `"123456789012345678901234567890"`},
+	{"overflows float64", NumericOID, "1" + strings.Repeat("0", 400), `"1` + strings.Repeat("0", 400) + `"`},
+	{"underflows float64", NumericOID, "0." + strings.Repeat("0", 400) + "1", `"0.` + strings.Repeat("0", 400) + `1"`},
+	{"NaN", NumericOID, "NaN", `"NaN"`},
+	{"Infinity", NumericOID, "Infinity", `"Infinity"`},
+	{"-Infinity", NumericOID, "-Infinity", `"-Infinity"`},
+	{"exponent", NumericOID, "1e5", `"1e5"`},
+	{"leading zero", NumericOID, "01.5", `"01.5"`},
+	{"bare fraction", NumericOID, ".5", `".5"`},
+	{"trailing point", NumericOID, "1.", `"1."`},
+	{"plus sign", NumericOID, "+1", `"+1"`},
+	{"empty", NumericOID, "", `""`},
 }
 
-func TestFloat(t *testing.T) {
-	runJSONCases(t, []jsonCase{
-		{"float8", Float8OID, "1.5", `1.5`},
-		{"float8 exponent", Float8OID, "1e+100", `1e+100`},
-		{"float8 negative exponent", Float8OID, "1.5e-07", `1.5e-07`},
-		{"float8 17 digits", Float8OID, "1.2345678901234568e+17", `1.2345678901234568e+17`},
-		{"negative zero", Float8OID, "-0", `-0`},
-		{"float4", Float4OID, "0.1", `0.1`},
-		{"float4 max", Float4OID, "3.4028235e+38", `3.4028235e+38`},
-		{"NaN", Float8OID, "NaN", `"NaN"`},
-		{"Infinity", Float8OID, "Infinity", `"Infinity"`},
-		{"-Infinity", Float4OID, "-Infinity", `"-Infinity"`},
-		{"dangling exponent", Float8OID, "1e", `"1e"`},
-		{"bare fraction", Float8OID, ".5", `".5"`},
-		{"word", Float8OID, "abc", `"abc"`},
-		{"empty", Float8OID, "", `""`},
-	})
+func TestFloat(t *testing.T) { runJSONCases(t, floatCases) }
+
+var floatCases = []jsonCase{
+	{"float8", Float8OID, "1.5", `1.5`},
+	{"float8 exponent", Float8OID, "1e+100", `1e+100`},
+	{"float8 negative exponent", Float8OID, "1.5e-07", `1.5e-07`},
+	{"float8 17 digits", Float8OID, "1.2345678901234568e+17", `1.2345678901234568e+17`},
+	{"negative zero", Float8OID, "-0", `-0`},
+	{"float4", Float4OID, "0.1", `0.1`},
+	{"float4 max", Float4OID, "3.4028235e+38", `3.4028235e+38`},
+	{"NaN", Float8OID, "NaN", `"NaN"`},
+	{"Infinity", Float8OID, "Infinity", `"Infinity"`},
+	{"-Infinity", Float4OID, "-Infinity", `"-Infinity"`},
+	{"dangling exponent", Float8OID, "1e", `"1e"`},
+	{"bare fraction", Float8OID, ".5", `".5"`},
+	{"word", Float8OID, "abc", `"abc"`},
+	{"empty", Float8OID, "", `""`},
 }
 
-func TestBool(t *testing.T) {
-	runJSONCases(t, []jsonCase{
-		{"t", BoolOID, "t", `true`},
-		{"f", BoolOID, "f", `false`},
-		{"true spelled out", BoolOID, "true", `"true"`},
-		{"empty", BoolOID, "", `""`},
-	})
+func TestBool(t *testing.T) { runJSONCases(t, boolCases) }
+
+var boolCases = []jsonCase{
+	{"t", BoolOID, "t", `true`},
+	{"f", BoolOID, "f", `false`},
+	{"true spelled out", BoolOID, "true", `"true"`},
+	{"empty", BoolOID, "", `""`},
 }
 
-func TestRawJSON(t *testing.T) {
-	runJSONCases(t, []jsonCase{
-		{"jsonb object", JSONBOID, `{"a": [1, 2.50], "b": null}`, `{"a": [1, 2.50], "b": null}`},
-		{"jsonb big number keeps digits", JSONBOID, `12345678901234567890.123`, `12345678901234567890.123`},
-		{"jsonb null", JSONBOID, `null`, `null`},
-		{"jsonb string", JSONBOID, `"x"`, `"x"`},
-		{"json keeps white space and key order", JSONOID, "{ \"b\":1,\n \"a\":2 }", "{ \"b\":1,\n \"a\":2 }"},
-		{"json duplicate keys", JSONOID, `{"a":1,"a":2}`, `{"a":1,"a":2}`},
-		{"invalid", JSONOID, `{a}`, `"{a}"`},
-		{"invalid UTF-8", JSONOID, "\"\xff\"", `"\"\ufffd\""`},
-		{"empty", JSONBOID, "", `""`},
-	})
+func TestRawJSON(t *testing.T) { runJSONCases(t, rawJSONCases) }
+
+var rawJSONCases = []jsonCase{
+	{"jsonb object", JSONBOID, `{"a": [1, 2.50], "b": null}`, `{"a": [1, 2.50], "b": null}`},
+	{"jsonb big number keeps digits", JSONBOID, `12345678901234567890.123`, `12345678901234567890.123`},
+	{"jsonb null", JSONBOID, `null`, `null`},
+	{"jsonb string", JSONBOID, `"x"`, `"x"`},
+	{"json keeps white space and key order", JSONOID, "{ \"b\":1,\n \"a\":2 }", "{ \"b\":1,\n \"a\":2 }"},
+	{"json duplicate keys", JSONOID, `{"a":1,"a":2}`, `{"a":1,"a":2}`},
+	{"invalid", JSONOID, `{a}`, `"{a}"`},
+	{"invalid UTF-8", JSONOID, "\"\xff\"", `"\"\ufffd\""`},
+	{"empty", JSONBOID, "", `""`},
 }
 
-func TestBytea(t *testing.T) {
-	runJSONCases(t, []jsonCase{
-		{"hex", ByteaOID, `\x0a0b`, `"\\x0a0b"`},
-		{"upper hex is lowered", ByteaOID, `\xDEADbeef`, `"\\xdeadbeef"`},
-		{"empty value", ByteaOID, `\x`, `"\\x"`},
-		{"odd length", ByteaOID, `\x0a0`, `"\\x0a0"`},
-		{"odd length upper stays", ByteaOID, `\xABC`, `"\\xABC"`},
-		{"not hex", ByteaOID, `\xzz`, `"\\xzz"`},
-		{"escape format", ByteaOID, `abc\000`, `"abc\\000"`},
-		{"empty text", ByteaOID, ``, `""`},
-	})
+func TestBytea(t *testing.T) { runJSONCases(t, byteaCases) }
+
+var byteaCases = []jsonCase{
+	{"hex", ByteaOID, `\x0a0b`, `"\\x0a0b"`},
+	{"upper hex is lowered", ByteaOID, `\xDEADbeef`, `"\\xdeadbeef"`},
+	{"empty value", ByteaOID, `\x`, `"\\x"`},
+	{"odd length", ByteaOID, `\x0a0`, `"\\x0a0"`},
+	{"odd length upper stays", ByteaOID, `\xABC`, `"\\xABC"`},
+	{"not hex", ByteaOID, `\xzz`, `"\\xzz"`},
+	{"escape format", ByteaOID, `abc\000`, `"abc\\000"`},
+	{"empty text", ByteaOID, ``, `""`},
 }
 
-func TestStrings(t *testing.T) {
-	runJSONCases(t, []jsonCase{
-		{"text", TextOID, "hello", `"hello"`},
-		{"text escapes", TextOID, "a\"b\\c\nd\x01", `"a\"b\\c\nd\u0001"`},
-		{"text invalid UTF-8", TextOID, "a\xffb", `"a\ufffdb"`},
-		{"text U+2028", TextOID, "a\u2028b", `"a\u2028b"`},
-		{"text long", TextOID, strings.Repeat("x", 100), `"` + strings.Repeat("x", 100) + `"`},
-		{"empty text", TextOID, "", `""`},
-		{"varchar", VarcharOID, "v", `"v"`},
-		{"bpchar keeps padding", BPCharOID, "ab  ", `"ab  "`},
-		{"name", NameOID, "pg_class", `"pg_class"`},
-		{"char", CharOID, "r", `"r"`},
-		{"uuid", UUIDOID, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", `"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"`},
-		{"interval", IntervalOID, "1 day 02:00:00", `"1 day 02:00:00"`},
-		{"timetz", TimetzOID, "10:00:00+05:30", `"10:00:00+05:30"`},
-		{"time", TimeOID, "14:00:00.123456", `"14:00:00.123456"`},
-		{"date", DateOID, "2024-01-06", `"2024-01-06"`},
-		{"date BC", DateOID, "0044-03-15 BC", `"0044-03-15 BC"`},
-		{"date infinity", DateOID, "infinity", `"infinity"`},
-		{"date -infinity", DateOID, "-infinity", `"-infinity"`},
-		{"date five-digit year", DateOID, "12345-01-01", `"12345-01-01"`},
-		{"money", 790, "$1,234.56", `"$1,234.56"`},
-		{"inet", 869, "10.0.0.1/8", `"10.0.0.1/8"`},
-		{"int4range", 3904, "[1,5)", `"[1,5)"`},
-		{"enum, unknown OID", 16452, "happy", `"happy"`},
-		{"OID 0", 0, "x", `"x"`},
-		{"max OID", 1<<32 - 1, "x", `"x"`},
-	})
+func TestStrings(t *testing.T) { runJSONCases(t, stringCases) }
+
+var stringCases = []jsonCase{
+	{"text", TextOID, "hello", `"hello"`},
+	{"text escapes", TextOID, "a\"b\\c\nd\x01", `"a\"b\\c\nd\u0001"`},
+	{"text invalid UTF-8", TextOID, "a\xffb", `"a\ufffdb"`},
+	{"text U+2028", TextOID, "a\u2028b", `"a\u2028b"`},
+	{"text long", TextOID, strings.Repeat("x", 100), `"` + strings.Repeat("x", 100) + `"`},
+	{"empty text", TextOID, "", `""`},
+	{"varchar", VarcharOID, "v", `"v"`},
+	{"bpchar keeps padding", BPCharOID, "ab  ", `"ab  "`},
+	{"name", NameOID, "pg_class", `"pg_class"`},
+	{"char", CharOID, "r", `"r"`},
+	{"uuid", UUIDOID, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", `"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"`},
+	{"interval", IntervalOID, "1 day 02:00:00", `"1 day 02:00:00"`},
+	{"timetz", TimetzOID, "10:00:00+05:30", `"10:00:00+05:30"`},
+	{"time", TimeOID, "14:00:00.123456", `"14:00:00.123456"`},
+	{"date", DateOID, "2024-01-06", `"2024-01-06"`},
+	{"date BC", DateOID, "0044-03-15 BC", `"0044-03-15 BC"`},
+	{"date infinity", DateOID, "infinity", `"infinity"`},
+	{"date -infinity", DateOID, "-infinity", `"-infinity"`},
+	{"date five-digit year", DateOID, "12345-01-01", `"12345-01-01"`},
+	{"money", 790, "$1,234.56", `"$1,234.56"`},
+	{"inet", 869, "10.0.0.1/8", `"10.0.0.1/8"`},
+	{"int4range", 3904, "[1,5)", `"[1,5)"`},
+	{"enum, unknown OID", 16452, "happy", `"happy"`},
+	{"OID 0", 0, "x", `"x"`},
+	{"max OID", 1<<32 - 1, "x", `"x"`},
 }
 
 func TestAppendJSONAppends(t *testing.T) {
