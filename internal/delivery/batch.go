@@ -37,8 +37,9 @@ type Item struct {
 	Body []byte
 	// Key and Pos are the data frame's; a marker has its Key and no Pos.
 	Key, Pos string
-	// Marker is the range a KindMarker item announces, as it was encoded.
-	Marker Marker
+	// Marker is the range a KindMarker item announces, as it was encoded; nil for the other
+	// kinds. It points into the Batch, so it is valid only until the next call.
+	Marker *Marker
 }
 
 // Size is the item's length on the wire.
@@ -50,8 +51,9 @@ type Batch struct {
 	// Items are the messages to write, in order: control frames, then ready markers, then
 	// data frames.
 	Items []Item
-	buf   []byte // encoded markers; Items of KindMarker point into it
-	ends  []int  // scratch for fillLocked: where each marker ends in buf
+	buf   []byte   // encoded markers; Items of KindMarker point into it
+	ends  []int    // scratch for fillLocked: where each marker ends in buf
+	marks []Marker // the markers of Items, which point into it
 }
 
 // Bytes is the batch's length on the wire.
@@ -68,6 +70,8 @@ func (b *Batch) reset() {
 	clear(b.Items)
 	b.Items = b.Items[:0]
 	b.buf = b.buf[:0]
+	clear(b.marks) // they hold keys and positions
+	b.marks = b.marks[:0]
 }
 
 // TryNext fills b with the next batch without blocking and reports whether there was one. It
@@ -138,20 +142,19 @@ func (l *Lanes) fillLocked(b *Batch) bool {
 		return len(b.Items) == 0 || (len(b.Items) < maxFrames && bytes+size <= maxBytes)
 	}
 
+	nControl := 0
 	for l.control.len() > 0 && fits(len(*l.control.front())) {
 		c := l.control.pop()
 		b.Items = append(b.Items, Item{Kind: KindControl, Body: c})
 		bytes += len(c)
 		l.ctlBytes -= len(c)
-		l.stats.controlWritten.Add(1)
-		l.stats.controlFrames.Add(-1)
-		l.stats.controlBytes.Add(-int64(len(c)))
+		nControl++
 	}
 
 	// Markers are encoded now, so they carry the range as it stands. One that does not fit
 	// stays in the table, still open and still extending, and goes in a later batch.
 	firstMarker := len(b.Items)
-	b.ends = b.ends[:0]
+	b.ends, b.marks = b.ends[:0], b.marks[:0]
 	for m := l.markers.head; m != nil && m.barrier <= l.taken && len(b.Items) < maxFrames; m = l.markers.head {
 		start := len(b.buf)
 		b.buf = l.cfg.EncodeMarker(b.buf, m.Marker)
@@ -160,34 +163,39 @@ func (l *Lanes) fillLocked(b *Batch) bool {
 			b.buf = b.buf[:start]
 			break
 		}
-		b.Items = append(b.Items, Item{Kind: KindMarker, Key: m.Key, Marker: m.Marker})
+		b.Items = append(b.Items, Item{Kind: KindMarker, Key: m.Key})
 		b.ends = append(b.ends, len(b.buf))
+		b.marks = append(b.marks, m.Marker)
 		bytes += size
 		l.markers.remove(m)
-		l.stats.markersOpen.Add(-1)
-		l.stats.markersEmitted.Add(1)
 	}
-	// Point the markers into b.buf only now: the encoder may have moved it while appending.
+	// Point the markers into b only now: appending may have moved b.buf and b.marks.
 	start := 0
 	for i, end := range b.ends {
-		b.Items[firstMarker+i].Body = b.buf[start:end:end]
+		it := &b.Items[firstMarker+i]
+		it.Body = b.buf[start:end:end]
+		it.Marker = &b.marks[i]
 		start = end
 	}
 
+	nData := 0
 	for l.data.len() > 0 && fits(l.data.front().Size()) {
 		f := l.data.pop()
 		size := f.Size()
 		b.Items = append(b.Items, Item{Kind: KindData, Head: f.Head, Body: f.Body, Key: f.Key, Pos: f.Pos})
 		bytes += size
 		l.datBytes -= size
-		l.taken++
-		l.stats.dataWritten.Add(1)
-		l.stats.dataFrames.Add(-1)
-		l.stats.dataBytes.Add(-int64(size))
+		nData++
 	}
+	l.taken += uint64(nData)
 	if l.data.len() == 0 {
 		// The client has caught up with everything queued: whatever stall there was is over.
 		l.stallSince = time.Time{}
 	}
+
+	// One atomic add per counter per batch, not per frame.
+	l.stats.controlWritten.Add(uint64(nControl))
+	l.stats.markersEmitted.Add(uint64(len(b.ends)))
+	l.stats.dataWritten.Add(uint64(nData))
 	return len(b.Items) > 0
 }

@@ -74,7 +74,7 @@ type Lanes struct {
 	// stallSince is when the current stall began; zero when not stalled (see Stalled).
 	stallSince time.Time
 
-	stats counters // atomic; written under mu, read by Stats without it
+	stats counters // atomic, bumped outside mu where possible
 }
 
 // New returns the lanes for one connection.
@@ -107,11 +107,9 @@ func (l *Lanes) PushControl(b []byte) error {
 	}
 	l.control.push(b, l.cfg.MaxControlFrames)
 	l.ctlBytes += len(b)
-	l.stats.controlAdmitted.Add(1)
-	l.stats.controlFrames.Add(1)
-	l.stats.controlBytes.Add(int64(len(b)))
 	wake := l.unparkLocked()
 	l.mu.Unlock()
+	l.stats.controlAdmitted.Add(1)
 	l.signal(wake)
 	return nil
 }
@@ -147,11 +145,9 @@ func (l *Lanes) PushData(f Frame) bool {
 	l.data.push(f, l.cfg.MaxDataFrames)
 	l.datBytes += size
 	l.admitted++
-	l.stats.dataAdmitted.Add(1)
-	l.stats.dataFrames.Add(1)
-	l.stats.dataBytes.Add(int64(size))
 	wake := l.unparkLocked()
 	l.mu.Unlock()
+	l.stats.dataAdmitted.Add(1)
 	l.signal(wake)
 	return true
 }
@@ -169,7 +165,6 @@ func (l *Lanes) loseLocked(f Frame, reason DropReason) bool {
 	if m.barrier <= l.taken {
 		wake = l.unparkLocked()
 	}
-	l.stats.markersOpen.Add(1) // a gauge: moved only under mu, so Close's reset cannot race it
 	l.mu.Unlock()
 	l.stats.lost(reason)
 	l.signal(wake)
@@ -188,7 +183,6 @@ func (l *Lanes) Forget(key string) {
 		return
 	}
 	l.markers.remove(m)
-	l.stats.markersOpen.Add(-1)
 	l.mu.Unlock()
 	l.stats.markersForgotten.Add(1)
 }
@@ -212,14 +206,9 @@ func (l *Lanes) Close() {
 	l.taken = l.admitted // nothing is owed any more
 	l.stallSince = time.Time{}
 	l.parked = false
+	l.mu.Unlock()
 	l.stats.discarded.Add(uint64(discarded))
 	l.stats.markersForgotten.Add(uint64(forgotten))
-	l.stats.markersOpen.Store(0)
-	l.stats.controlFrames.Store(0)
-	l.stats.controlBytes.Store(0)
-	l.stats.dataFrames.Store(0)
-	l.stats.dataBytes.Store(0)
-	l.mu.Unlock()
 	// Always send: Next may be between finding nothing and parking, and must not miss this.
 	l.signal(true)
 }

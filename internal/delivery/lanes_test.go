@@ -79,7 +79,7 @@ func (s *script) record() {
 	s.t.Helper()
 	for _, it := range s.b.Items {
 		if it.Kind == KindMarker {
-			if got, want := string(it.Body), string(encodeMarker(nil, it.Marker)); got != want {
+			if got, want := string(it.Body), string(encodeMarker(nil, *it.Marker)); got != want {
 				s.t.Fatalf("marker body %q does not encode its Marker field (%q)", got, want)
 			}
 		}

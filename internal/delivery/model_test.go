@@ -261,6 +261,9 @@ func (m *model) checkBatch() {
 	writtenBefore := m.written
 	var last Kind
 	for _, it := range items {
+		if (it.Kind == KindMarker) != (it.Marker != nil) || (it.Kind != KindData && it.Head != nil) {
+			m.t.Fatalf("%s item with Marker %v and Head %q", it.Kind, it.Marker, it.Head)
+		}
 		if it.Kind < last {
 			m.t.Fatalf("%s item after %s item in one batch", it.Kind, last)
 		}
@@ -298,8 +301,8 @@ func (m *model) checkBatch() {
 				m.t.Fatalf("marker %+v written for a key with no open gap", it.Marker)
 			}
 			want := Marker{Key: it.Key, Reason: g.reason, First: strconv.Itoa(g.first), Last: strconv.Itoa(g.last), Lost: g.lost}
-			if it.Marker != want {
-				m.t.Fatalf("marker %+v written, want %+v", it.Marker, want)
+			if it.Marker == nil || *it.Marker != want {
+				m.t.Fatalf("marker %+v written, want %+v", it.Marker, &want)
 			}
 			if string(it.Body) != string(encodeMarker(nil, want)) {
 				m.t.Fatalf("marker body %q, want the encoding of %+v", it.Body, want)

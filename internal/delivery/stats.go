@@ -2,9 +2,10 @@ package delivery
 
 import "sync/atomic"
 
-// Stats is a snapshot of one connection's counters. Fields are read one by one without the lock,
-// so a snapshot taken while producers run may be off by the frames in flight between two
-// fields; each field on its own is exact.
+// Stats is a snapshot of one connection's counters. The monotonic counters are atomics read one
+// by one, so a snapshot taken while producers run may be off between two of them by the frames
+// in flight (DataWritten may briefly lead DataAdmitted); each is exact on its own. The gauges
+// are read together under the lock and agree with each other.
 type Stats struct {
 	// Monotonic counters.
 	DataAdmitted     uint64 // data frames queued
@@ -42,9 +43,8 @@ func (s Stats) Lost(reason DropReason) uint64 {
 // QueuedBytes is the bytes queued on both lanes.
 func (s Stats) QueuedBytes() int64 { return s.DataBytes + s.ControlBytes }
 
-// counters backs Stats. Monotonic counters may be bumped after mu is released; gauges are moved
-// only under mu, because Close resets them under mu and an update racing the reset would leave
-// them wrong for good.
+// counters backs the monotonic half of Stats. They only grow, so they can be bumped after mu
+// is released; the gauges need no counters of their own, Stats reads them from the lanes.
 type counters struct {
 	dataAdmitted, dataWritten        atomic.Uint64
 	lostLaneFull, lostTooLarge       atomic.Uint64
@@ -52,9 +52,6 @@ type counters struct {
 	controlRefused                   atomic.Uint64
 	markersEmitted, markersForgotten atomic.Uint64
 	discarded                        atomic.Uint64
-	dataFrames, dataBytes            atomic.Int64
-	controlFrames, controlBytes      atomic.Int64
-	markersOpen                      atomic.Int64
 }
 
 func (c *counters) lost(reason DropReason) {
@@ -66,10 +63,11 @@ func (c *counters) lost(reason DropReason) {
 	}
 }
 
-// Stats returns a snapshot of the counters. Safe for concurrent use; it takes no lock.
+// Stats returns a snapshot of the counters. Safe for concurrent use; it holds the lock only to
+// read the gauges.
 func (l *Lanes) Stats() Stats {
 	c := &l.stats
-	return Stats{
+	s := Stats{
 		DataAdmitted:     c.dataAdmitted.Load(),
 		DataWritten:      c.dataWritten.Load(),
 		LostLaneFull:     c.lostLaneFull.Load(),
@@ -80,10 +78,11 @@ func (l *Lanes) Stats() Stats {
 		MarkersEmitted:   c.markersEmitted.Load(),
 		MarkersForgotten: c.markersForgotten.Load(),
 		Discarded:        c.discarded.Load(),
-		DataFrames:       c.dataFrames.Load(),
-		DataBytes:        c.dataBytes.Load(),
-		ControlFrames:    c.controlFrames.Load(),
-		ControlBytes:     c.controlBytes.Load(),
-		Markers:          c.markersOpen.Load(),
 	}
+	l.mu.Lock()
+	s.DataFrames, s.DataBytes = int64(l.data.len()), int64(l.datBytes)
+	s.ControlFrames, s.ControlBytes = int64(l.control.len()), int64(l.ctlBytes)
+	s.Markers = int64(l.markers.len())
+	l.mu.Unlock()
+	return s
 }
