@@ -125,9 +125,6 @@ func (r *arrayReader) readArray(dst []byte, depth int) ([]byte, bool) {
 		}
 		var ok bool
 		if r.text[r.pos] == '{' {
-			if r.leaf >= 0 && depth >= r.leaf {
-				return dst, false
-			}
 			dst, ok = r.readArray(dst, depth+1)
 		} else {
 			if r.leaf < 0 {
