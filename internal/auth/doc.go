@@ -5,8 +5,8 @@
 // # Rules, and why
 //
 //   - alg "none" is refused in every spelling, with or without a signature segment: an unsigned
-//     token proves nothing. Only the algs in algOrder exist here; an alg is matched exactly, so
-//     "hs256" is unknown, not HS256.
+//     token proves nothing. The algs that exist here are HS256/384/512, RS256/384/512,
+//     PS256/384/512 and ES256/384/512, matched exactly: "hs256" is unknown, not HS256.
 //   - The header's alg picks one key family, and only that family's keys are offered: HS* only
 //     the configured secrets (each at least as long as the alg's hash, RFC 7518 §3.2), RS* and
 //     PS* only RSA keys, ES256/384/512 only EC keys on P-256/384/521 respectively. This is the

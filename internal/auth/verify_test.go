@@ -514,3 +514,34 @@ func TestVerifyConcurrentWithReload(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestParsersLimitedToFamily: behind the family chosen from the header, each family's parser
+// refuses any alg outside its family even when handed a key that would verify it.
+func TestParsersLimitedToFamily(t *testing.T) {
+	v := mustNew(t, allKeysConfig(t))
+	ks := v.keys.Load()
+	tokens := map[family]struct {
+		token string
+		key   any
+	}{
+		familyHMAC: {sign(t, jwt.SigningMethodHS256, []byte(hsSecret()), goodClaims(), nil), []byte(hsSecret())},
+		familyRSA:  {sign(t, jwt.SigningMethodRS256, rsaKey(), goodClaims(), nil), &rsaKey().PublicKey},
+		familyEC:   {sign(t, jwt.SigningMethodES256, ecKey256(), goodClaims(), nil), &ecKey256().PublicKey},
+	}
+	for pf, parser := range ks.parsers {
+		for tf, tok := range tokens {
+			t.Run(pf.String()+" parser/"+tf.String()+" token", func(t *testing.T) {
+				_, err := parser.ParseWithClaims(tok.token, jwt.MapClaims{}, func(*jwt.Token) (any, error) { return tok.key, nil })
+				if pf == tf && err != nil {
+					t.Fatalf("own family: %v", err)
+				}
+				if pf != tf && !errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+					t.Fatalf("another family's token: err = %v, want the alg refused", err)
+				}
+			})
+		}
+	}
+	if len(ks.parsers) != 3 {
+		t.Errorf("%d parsers, want one per family", len(ks.parsers))
+	}
+}
