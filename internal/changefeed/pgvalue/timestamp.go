@@ -2,10 +2,12 @@ package pgvalue
 
 import "time"
 
-// Bounds Postgres itself holds a value to, used to refuse text it would never print.
 const (
-	maxYear           = 9999 // a five-digit year has no RFC 3339 spelling
-	maxOffsetHour     = 15   // MAX_TZDISP_HOUR in datetime.h: offsets run to ±15:59:59
+	// maxYear is the last year RFC 3339 can spell; Postgres prints later years with more digits.
+	maxYear = 9999
+	// maxOffsetHour is MAX_TZDISP_HOUR in Postgres's datetime.h: offsets run to ±15:59:59.
+	maxOffsetHour = 15
+
 	isoTimestampLen   = len("2006-01-02 15:04:05")
 	rfc3339MilliLen   = len("2006-01-02T15:04:05.000Z")
 	millisecondDigits = 3

@@ -138,7 +138,7 @@ func numericRoundTrips(text []byte) bool {
 			}
 		}
 	}
-	digits := func(k int) byte {
+	digitAt := func(k int) byte {
 		if k < intLen {
 			return t[k]
 		}
@@ -146,14 +146,14 @@ func numericRoundTrips(text []byte) bool {
 	}
 	n := intLen + len(frac)
 	first := 0
-	for first < n && digits(first) == '0' {
+	for first < n && digitAt(first) == '0' {
 		first++
 	}
 	if first == n {
 		return true // zero, in any scale
 	}
 	last := n - 1
-	for digits(last) == '0' {
+	for digitAt(last) == '0' {
 		last--
 	}
 	if last-first+1 > maxShortestDigits {
@@ -165,7 +165,7 @@ func numericRoundTrips(text []byte) bool {
 	var sig [maxShortestDigits]byte
 	ns := 0
 	for k := first; k <= last; k++ {
-		sig[ns] = digits(k)
+		sig[ns] = digitAt(k)
 		ns++
 	}
 	var in, out [32]byte
