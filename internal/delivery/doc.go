@@ -9,12 +9,12 @@
 // Stats.
 //
 // One mutex, Lanes.mu, guards both lanes, the marker table and the stall clock. Every push holds
-// it for O(1) work: no I/O, no blocking, and no allocation once the lane has grown. The writer
-// holds it only while it copies a batch out of the lanes and encodes that batch's markers; it
-// writes to the socket after releasing it. Producers wake a parked writer through a
-// one-token channel, and only when the writer is parked, so a burst costs one wake, not one
-// per frame. The counters behind Stats are atomics, readable without the lock. There is no
-// other lock, so no lock order to keep.
+// it for O(1) work: no I/O, no blocking, and no allocation once the lane and the marker table
+// have grown. The writer holds it only while it copies a batch out of the lanes and encodes
+// that batch's markers; it writes to the socket after releasing it. Producers wake a parked
+// writer through a one-token channel, and only when the writer is parked, so a burst costs one
+// wake, not one per frame. The monotonic counters behind Stats are atomics, bumped outside the lock where
+// possible; its gauges are read under mu. There is no other lock, so no lock order to keep.
 //
 // The writer batches: a non-blocking drain with TryNext, a flush when TryNext finds nothing,
 // then a blocking wait in Next (see Next for the loop).
