@@ -170,7 +170,7 @@ func (r *reader) start(b []byte, limit int, server bool) *Error {
 	r.ms = ms
 
 	// Read the id first, leniently, so that every later error can echo it.
-	idRaw, idErr := r.find("id")
+	idRaw, _, idErr := r.find("id")
 	if idErr == nil && len(idRaw) > 0 && idRaw[0] == '"' {
 		if id := unquote(idRaw); server || validToken(id) {
 			r.id = id
@@ -230,35 +230,35 @@ func (r *reader) fail(field string, code Code, format string, args ...any) {
 	r.err = &Error{ID: r.id, Code: code, Field: r.prefix + field, Message: fmt.Sprintf(format, args...)}
 }
 
-// find returns the raw value of field name, nil when it is absent or null. A field that
-// appears twice is an error: two parsers that keep different copies would disagree about
-// what the frame says.
-func (r *reader) find(name string) ([]byte, error) {
-	var v []byte
+// find returns the raw value of field name, nil when it is absent or null (null reports
+// whether it was null). A field that appears twice is an error: two parsers that keep
+// different copies would disagree about what the frame says.
+func (r *reader) find(name string) (v []byte, null bool, err error) {
 	found := false
 	for i := range r.ms {
 		if string(r.ms[i].key) == name {
 			if found {
-				return nil, fmt.Errorf("%q appears more than once; send it once", r.prefix+name)
+				return nil, false, fmt.Errorf("%q appears more than once; send it once", r.prefix+name)
 			}
 			found = true
 			v = r.ms[i].val
 		}
 	}
 	if string(v) == "null" {
-		return nil, nil
+		return nil, true, nil
 	}
-	return v, nil
+	return v, false, nil
 }
 
-// field returns the raw value of name, failing when it is required and absent.
+// field returns the raw value of name, failing when it is required and absent or null.
 func (r *reader) field(name string, n need, example string) []byte {
-	v, err := r.find(name)
-	if err != nil {
+	v, null, err := r.find(name)
+	switch {
+	case err != nil:
 		r.fail(name, CodeBadFrame, "%v", err)
-		return nil
-	}
-	if v == nil && n == required {
+	case v == nil && n == required && null:
+		r.fail(name, CodeBadFrame, "%q is null; give it a value, like %s", r.prefix+name, example)
+	case v == nil && n == required:
 		r.fail(name, CodeBadFrame, "%q is missing; add it, like %s", r.prefix+name, example)
 	}
 	return v
@@ -534,6 +534,9 @@ func (r *reader) welcome() Frame {
 		Session:   r.string("session", required, `"session":"..."`),
 		ExpiresAt: r.time("expires_at"),
 		ExpiresIn: r.seconds("expires_in"),
+	}
+	if f.Version == 0 && r.err == nil {
+		r.fail("v", CodeBadFrame, `"v" is the protocol version, 1 or more`)
 	}
 	v := r.field("limits", optional, "")
 	if v == nil {

@@ -1,0 +1,295 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/delivery"
+)
+
+var commitTime = time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.FixedZone("x", 3600))
+
+// goldenFrames holds one frame of every type, each as full as its type allows, with the JSON
+// it must encode to. TestProtocolDocFields checks these keys against docs/PROTOCOL.md.
+var goldenFrames = []struct {
+	name string
+	f    Frame
+	want string
+}{
+	{"connect", &Connect{ID: "1", Token: "eyJ.x.y"}, `{"type":"connect","id":"1","token":"eyJ.x.y"}`},
+	{"connect without token", &Connect{ID: "1"}, `{"type":"connect","id":"1"}`},
+	{"refresh", &Refresh{ID: "r", Token: "t"}, `{"type":"refresh","id":"r","token":"t"}`},
+	{"subscribe table",
+		&Subscribe{ID: "2", Sub: "s1", Table: "public.items", Filter: raw(`{"eq":["id",1]}`),
+			Columns: []string{"id", "title"}, From: TablePosition(0x16B374D848, 3), Mode: ModeBroadcast},
+		`{"type":"subscribe","id":"2","sub":"s1","table":"public.items","filter":{"eq":["id",1]},"columns":["id","title"],"from":"16/B374D848.3"}`},
+	{"subscribe channel",
+		&Subscribe{ID: "2", Sub: "c1", Channel: "docs/*/inbox", Event: "edit", From: ChannelPosition("k7", 4), Mode: ModeSingle},
+		`{"type":"subscribe","id":"2","sub":"c1","channel":"docs/*/inbox","event":"edit","from":{"epoch":"k7","offset":4},"mode":"single"}`},
+	{"unsubscribe", &Unsubscribe{ID: "3", Sub: "s1"}, `{"type":"unsubscribe","id":"3","sub":"s1"}`},
+	{"publish", &Publish{ID: "4", Channel: "rooms/1", Event: "chat", Data: raw(`{"text":"hi"}`)},
+		`{"type":"publish","id":"4","channel":"rooms/1","event":"chat","data":{"text":"hi"}}`},
+	{"ping", &Ping{ID: "5"}, `{"type":"ping","id":"5"}`},
+	{"ack", &Ack{ID: "6", Sub: "jobs", Pos: ChannelPosition("e", 9)}, `{"type":"ack","id":"6","sub":"jobs","pos":{"epoch":"e","offset":9}}`},
+	{"welcome",
+		&Welcome{ID: "1", Version: 1, Session: "sess", ExpiresAt: commitTime, ExpiresIn: 3599500 * time.Millisecond,
+			Limits: Limits{MaxFrameBytes: 65536, MaxSubscriptions: 100, PingInterval: 25 * time.Second}},
+		`{"type":"welcome","id":"1","v":1,"session":"sess","expires_at":"2025-01-02T02:04:05.123Z","expires_in":3599,"limits":{"max_frame_bytes":65536,"max_subscriptions":100,"ping_interval_ms":25000}}`},
+	{"welcome on SSE", &Welcome{Session: "sess", Limits: Limits{MaxFrameBytes: 1, MaxSubscriptions: 2}},
+		`{"type":"welcome","v":1,"session":"sess","limits":{"max_frame_bytes":1,"max_subscriptions":2}}`},
+	{"subscribed", &Subscribed{ID: "2", Sub: "s1", Pos: TablePosition(0x16B374D848, 0)},
+		`{"type":"subscribed","id":"2","sub":"s1","pos":"16/B374D848"}`},
+	{"unsubscribed", &Unsubscribed{ID: "3", Sub: "s1"}, `{"type":"unsubscribed","id":"3","sub":"s1"}`},
+	{"unsubscribed by the server", &Unsubscribed{Sub: "s1", Code: CodeForbidden, Message: "policy now denies public.items"},
+		`{"type":"unsubscribed","sub":"s1","code":"forbidden","message":"policy now denies public.items"}`},
+	{"change insert",
+		&Change{Sub: "s1", LSN: 0x16B374D848, Idx: 1, Op: OpInsert, Table: "public.items",
+			Row:        change.Row{{Name: "id", Value: raw(`1`)}, {Name: "title", Value: raw(`"x"`)}},
+			CommitTime: commitTime, TxID: 7890, WriteTag: "w1"},
+		`{"type":"change","sub":"s1","pos":"16/B374D848","idx":1,"op":"insert","table":"public.items","row":{"id":1,"title":"x"},"commit_time":"2025-01-02T02:04:05.123Z","txid":7890,"write_tag":"w1"}`},
+	{"change update with key-only old and omitted",
+		&Change{Sub: "s1", LSN: 0x10, Idx: 2, Op: OpUpdate, Table: "public.items",
+			Row: change.Row{{Name: "id", Value: raw(`1`)}}, Old: change.Row{{Name: "id", Value: raw(`1`)}},
+			OldKeyOnly: true, Omitted: []string{"body", "blob"}},
+		`{"type":"change","sub":"s1","pos":"0/10","idx":2,"op":"update","table":"public.items","row":{"id":1},"old":{"id":1},"old_key_only":true,"omitted":["body","blob"]}`},
+	{"change leave", &Change{Sub: "s1", LSN: 0x10, Idx: 3, Op: OpLeave, Table: "a.b", Old: change.Row{{Name: "id", Value: nil}}},
+		`{"type":"change","sub":"s1","pos":"0/10","idx":3,"op":"leave","table":"a.b","old":{"id":null}}`},
+	{"message", &Message{Sub: "c1", Pos: ChannelPosition("k7Hq2x", 42), Channel: "rooms/1", Event: "chat", Data: raw(`{"text":"hi"}`)},
+		`{"type":"message","sub":"c1","pos":{"epoch":"k7Hq2x","offset":42},"channel":"rooms/1","event":"chat","data":{"text":"hi"}}`},
+	{"resync", &Resync{Sub: "s1", First: TablePosition(0x10, 2), Last: TablePosition(0x20, 0), Lost: 12, Reason: ResyncLaneFull},
+		`{"type":"resync","sub":"s1","first":"0/10.2","last":"0/20","lost":12,"reason":"lane_full"}`},
+	{"resync unknown range", &Resync{Sub: "c1", Last: ChannelPosition("e", 7), Reason: ResyncHistoryExpired},
+		`{"type":"resync","sub":"c1","last":{"epoch":"e","offset":7},"reason":"history_expired"}`},
+	{"error", &Error{ID: "2", Code: CodeBadFilter, Message: "m", Field: "filter", Err: bytes.ErrTooLarge},
+		`{"type":"error","id":"2","code":"bad_filter","status":400,"message":"m","field":"filter"}`},
+	{"error unprompted", &Error{Code: CodePolicyError, Message: "m", Sub: "s1"},
+		`{"type":"error","code":"policy_error","status":500,"message":"m","sub":"s1"}`},
+	{"pong", &Pong{ID: "5"}, `{"type":"pong","id":"5"}`},
+	{"refreshed", &Refreshed{ID: "r", ExpiresAt: commitTime, ExpiresIn: time.Minute},
+		`{"type":"refreshed","id":"r","expires_at":"2025-01-02T02:04:05.123Z","expires_in":60}`},
+	{"published", &Published{ID: "4", Pos: ChannelPosition("k7Hq2x", 43)},
+		`{"type":"published","id":"4","pos":{"epoch":"k7Hq2x","offset":43}}`},
+	{"expiring", &Expiring{ExpiresAt: commitTime, ExpiresIn: 30 * time.Second},
+		`{"type":"expiring","expires_at":"2025-01-02T02:04:05.123Z","expires_in":30}`},
+}
+
+func TestAppendFrameGolden(t *testing.T) {
+	seen := map[FrameType]bool{}
+	for _, tt := range goldenFrames {
+		t.Run(tt.name, func(t *testing.T) {
+			seen[tt.f.Type()] = true
+			got, err := AppendFrame([]byte("prefix"), tt.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = bytes.TrimPrefix(got, []byte("prefix"))
+			if string(got) != tt.want {
+				t.Fatalf("AppendFrame =\n%s\nwant\n%s", got, tt.want)
+			}
+			if !json.Valid(got) {
+				t.Fatalf("not valid JSON: %s", got)
+			}
+			// "type" comes first, so a reader can dispatch before it parses the rest.
+			if !bytes.HasPrefix(got, []byte(`{"type":"`+string(tt.f.Type())+`"`)) {
+				t.Errorf("frame does not start with its type: %s", got)
+			}
+			// Decoding it back gives the frame, up to the precision the wire keeps.
+			decode := DecodeServer
+			if tt.f.Type().FromClient() {
+				decode = Decode
+			}
+			back, err := decode(got, 0)
+			if err != nil {
+				t.Fatalf("decoding %s: %v", got, err)
+			}
+			again, err := AppendFrame(nil, back)
+			if err != nil || string(again) != tt.want {
+				t.Errorf("re-encoded %s, %v; want %s", again, err, tt.want)
+			}
+		})
+	}
+	for _, typ := range FrameTypes() {
+		if !seen[typ] {
+			t.Errorf("no golden frame of type %s", typ)
+		}
+	}
+}
+
+func TestDataFrameIsHeadPlusSharedBody(t *testing.T) {
+	c := &Change{LSN: 0x16B374D848, Idx: 1, Op: OpInsert, Table: "public.items",
+		Row: change.Row{{Name: "id", Value: raw(`1`)}}, CommitTime: commitTime}
+	body := AppendChangeBody(nil, c)
+	if want := `"pos":"16/B374D848","idx":1,"op":"insert","table":"public.items","row":{"id":1},"commit_time":"2025-01-02T02:04:05.123Z"}`; string(body) != want {
+		t.Fatalf("AppendChangeBody = %s, want %s", body, want)
+	}
+	m := &Message{Pos: ChannelPosition("e", 1), Channel: "c", Data: raw(`[1]`)}
+	mbody := AppendMessageBody(nil, m)
+	if want := `"pos":{"epoch":"e","offset":1},"channel":"c","data":[1]}`; string(mbody) != want {
+		t.Fatalf("AppendMessageBody = %s, want %s", mbody, want)
+	}
+	for _, sub := range []string{"s1", "feed", `we"ird\sub`, "", "é\x00\xff"} {
+		for _, tc := range []struct {
+			typ  FrameType
+			body []byte
+		}{{FrameChange, body}, {FrameMessage, mbody}} {
+			frame := append(AppendDataHead(nil, tc.typ, sub), tc.body...)
+			if !json.Valid(frame) {
+				t.Fatalf("head+body is not valid JSON: %q", frame)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(frame, &got); err != nil {
+				t.Fatal(err)
+			}
+			var wantSub string
+			_ = json.Unmarshal(change.AppendJSONString(nil, sub), &wantSub)
+			if got["type"] != string(tc.typ) || got["sub"] != wantSub {
+				t.Errorf("head for %q: type %v sub %v", sub, got["type"], got["sub"])
+			}
+		}
+	}
+	// The frame AppendFrame writes is the same bytes.
+	c.Sub = "s1"
+	whole, err := AppendFrame(nil, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if split := append(AppendDataHead(nil, FrameChange, "s1"), body...); !bytes.Equal(whole, split) {
+		t.Errorf("AppendFrame %s != head+body %s", whole, split)
+	}
+	// Other types get the general head.
+	if got := string(AppendDataHead(nil, FrameResync, "s")); got != `{"type":"resync","sub":"s",` {
+		t.Errorf("resync head = %s", got)
+	}
+}
+
+func TestFramesAreOneLine(t *testing.T) {
+	c := &Change{Sub: "s", LSN: 1, Idx: 1, Op: OpInsert, Table: "a.b",
+		Row: change.Row{{Name: "doc", Value: raw("{\n  \"a\": [1,\r\n 2],\n  \"s\": \"x y\"\n}")}, {Name: "n", Value: raw("1")}}}
+	f, err := AppendFrame(nil, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.ContainsAny(f, "\r\n") {
+		t.Fatalf("frame has a line break: %q", f)
+	}
+	want := `{"type":"change","sub":"s","pos":"0/1","idx":1,"op":"insert","table":"a.b","row":{"doc":{"a":[1,2],"s":"x y"},"n":1}}`
+	if string(f) != want {
+		t.Errorf("frame = %s, want %s", f, want)
+	}
+	m := &Message{Sub: "s", Pos: ChannelPosition("e", 1), Channel: "c", Data: raw("[\n1]")}
+	if f, _ := AppendFrame(nil, m); bytes.ContainsAny(f, "\r\n") {
+		t.Errorf("message frame has a line break: %q", f)
+	}
+}
+
+func TestAppendMarker(t *testing.T) {
+	tests := []struct {
+		name string
+		m    delivery.Marker
+		want string
+	}{
+		{"table range", delivery.Marker{Key: "s1", Reason: delivery.ReasonLaneFull, First: "16/B374D848.2", Last: "16/B374D900.1", Lost: 5},
+			`{"type":"resync","sub":"s1","first":"16/B374D848.2","last":"16/B374D900.1","lost":5,"reason":"lane_full"}`},
+		{"channel range", delivery.Marker{Key: "c1", Reason: delivery.ReasonTooLarge, First: "k7:3", Last: "k7:3", Lost: 1},
+			`{"type":"resync","sub":"c1","first":{"epoch":"k7","offset":3},"last":{"epoch":"k7","offset":3},"lost":1,"reason":"too_large"}`},
+		{"position that does not parse stays a string", delivery.Marker{Key: "s", Reason: "lane_full", First: "what", Last: `a"b`, Lost: 2},
+			`{"type":"resync","sub":"s","first":"what","last":"a\"b","lost":2,"reason":"lane_full"}`},
+		{"no first", delivery.Marker{Key: "s", Reason: "x", Last: "1/1"},
+			`{"type":"resync","sub":"s","last":"1/1","reason":"x"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := AppendMarker(nil, tt.m)
+			if string(got) != tt.want {
+				t.Fatalf("AppendMarker =\n%s\nwant\n%s", got, tt.want)
+			}
+			if !json.Valid(got) {
+				t.Fatalf("not valid JSON")
+			}
+		})
+	}
+	// It is assignable as delivery's encoder, and a decodable resync.
+	cfg := delivery.Config{EncodeMarker: AppendMarker}
+	b := cfg.EncodeMarker(nil, tests[0].m)
+	f, err := DecodeServer(b, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Resync{Sub: "s1", First: TablePosition(0x16B374D848, 2), Last: TablePosition(0x16B374D900, 1), Lost: 5, Reason: ResyncLaneFull}
+	if diff := cmp.Diff(want, f); diff != "" {
+		t.Errorf("decoded marker (-want +got):\n%s", diff)
+	}
+}
+
+func TestAppendFrameRefusesInvalidRaw(t *testing.T) {
+	for _, f := range []Frame{
+		&Publish{ID: "1", Channel: "c", Data: raw(`{"a":`)},
+		&Subscribe{ID: "1", Sub: "s", Table: "a.b", Filter: raw(`nope`)},
+		&Message{Sub: "s", Pos: ChannelPosition("e", 1), Channel: "c", Data: raw("\"\xff\"")},
+		&Change{Sub: "s", LSN: 1, Op: OpInsert, Table: "a.b", Row: change.Row{{Name: "a", Value: raw(`1 2`)}}},
+		&Change{Sub: "s", LSN: 1, Op: OpDelete, Table: "a.b", Old: change.Row{{Name: "a", Value: raw(`[`)}}},
+	} {
+		if b, err := AppendFrame(nil, f); err == nil {
+			t.Errorf("AppendFrame(%T) = %s, want an error", f, b)
+		}
+	}
+}
+
+func TestNewChange(t *testing.T) {
+	e := &change.Event{
+		Table: "public.items", Op: change.Update,
+		Before: change.Row{{Name: "id", Value: raw(`1`)}}, After: change.Row{{Name: "id", Value: raw(`1`)}, {Name: "t", Value: raw(`"x"`)}},
+		Omitted: []string{"body"}, BeforeKeyOnly: true,
+		LSN: 0x16B374D848, TxID: 77, CommitTime: commitTime, WriteTag: "w",
+	}
+	got := NewChange(e, 3)
+	want := Change{LSN: e.LSN, Idx: 3, Op: OpUpdate, Table: e.Table, Row: e.After, Old: e.Before, OldKeyOnly: true,
+		Omitted: e.Omitted, CommitTime: commitTime, TxID: 77, WriteTag: "w"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("NewChange (-want +got):\n%s", diff)
+	}
+	if p := got.Position(); p != TablePosition(e.LSN, 3) || p.String() != "16/B374D848.3" {
+		t.Errorf("Position() = %v", p)
+	}
+}
+
+func TestDataFramesAllocateNothing(t *testing.T) {
+	c := benchChange(10)
+	m := &Message{Pos: ChannelPosition("k7Hq2x", 42), Channel: "rooms/1", Event: "chat", Data: raw(`{"text":"hello"}`)}
+	mk := delivery.Marker{Key: "s1", Reason: delivery.ReasonLaneFull, First: "16/B374D848.2", Last: "k7:9", Lost: 5}
+	buf := make([]byte, 0, 4096)
+	allocs := testing.AllocsPerRun(100, func() {
+		b := AppendDataHead(buf[:0], FrameChange, "subscription-1")
+		b = AppendChangeBody(b, c)
+		b = AppendDataHead(b[:0], FrameMessage, "s")
+		b = AppendMessageBody(b, m)
+		_ = AppendMarker(b[:0], mk)
+	})
+	if allocs != 0 {
+		t.Errorf("data frame encoders allocate %v times per frame, want 0", allocs)
+	}
+}
+
+func TestErrorValue(t *testing.T) {
+	e := &Error{ID: "1", Code: CodeBadFrame, Field: "sub", Message: "m", Err: bytes.ErrTooLarge}
+	if got := e.Error(); got != "bad_frame (sub): m" {
+		t.Errorf("Error() = %q", got)
+	}
+	if e.Unwrap() != bytes.ErrTooLarge {
+		t.Errorf("Unwrap")
+	}
+	if e.StatusCode() != 400 {
+		t.Errorf("StatusCode = %d", e.StatusCode())
+	}
+	if got := Errorf(CodeNotFound, "no subscription %q", "s9"); got.Code != CodeNotFound || !strings.Contains(got.Message, `"s9"`) {
+		t.Errorf("Errorf = %+v", got)
+	}
+	if CodeOf(bytes.ErrTooLarge) != CodeInternal {
+		t.Errorf("CodeOf(plain error) = %s, want internal", CodeOf(bytes.ErrTooLarge))
+	}
+}
