@@ -99,7 +99,7 @@ func TestPositionJSON(t *testing.T) {
 
 func TestPositionKinds(t *testing.T) {
 	tests := []struct {
-		p                     Position
+		p                    Position
 		zero, table, channel bool
 	}{
 		{Position{}, true, false, false},
