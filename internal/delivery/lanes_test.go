@@ -187,6 +187,21 @@ func TestMarkerContract(t *testing.T) {
 			},
 		},
 		{
+			name: "outstanding markers take no data-lane capacity",
+			cfg:  Config{MaxDataFrames: 2, MaxBatchFrames: 2},
+			ops: []op{
+				push("a", 1, true), push("a", 2, true), push("b", 1, false), push("c", 1, false),
+				next(),                                 // a's frames; the markers are not ready yet
+				push("d", 1, true), push("d", 2, true), // the whole lane, beside two open markers
+				push("d", 3, false),
+				drain(),
+			},
+			want: []string{
+				"d:a@1", "d:a@2", "--", "m:b lane_full 1..1 1", "m:c lane_full 1..1 1", "--",
+				"d:d@1", "d:d@2", "--", "m:d lane_full 3..3 1", "--",
+			},
+		},
+		{
 			name: "byte bound: a frame that does not fit the free bytes is lost",
 			cfg:  Config{MaxDataBytes: 10},
 			ops:  []op{pushN("a", 1, 6, true), pushN("a", 2, 5, false), pushN("b", 1, 4, true), drain()},
