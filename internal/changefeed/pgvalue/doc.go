@@ -44,16 +44,17 @@
 // Time. A timestamptz's text carries whatever offset its zone had at that instant, including a
 // local-mean-time offset with seconds (-04:56:02) that many parsers misread or reject, so it is
 // normalised to one spelling that Date.parse and time.Parse both read: UTC, RFC 3339, always
-// three fraction digits. Milliseconds, because that is what a JavaScript Date holds; truncated,
-// because rounding can carry into the next second, day or year, and a driver reading the binary
-// value truncates too, so two readers of one column agree. A timestamp gets no Z: it is a wall
+// three fraction digits. Milliseconds, because that is what a JavaScript Date holds. Truncated,
+// not rounded: rounding can carry 23:59:59.9995 into the next day or year, while truncation
+// leaves every field but the fraction as Postgres printed it. A timestamp gets no Z: it is a wall
 // clock, not an instant. infinity, -infinity, BC values and years past 9999 have no RFC 3339
 // spelling and stay text, which keeps them lossless and tells them apart from any instant. date
 // and time stay text: a calendar day or a clock reading has no zone to normalise.
 //
 // bytea. Kept as Postgres's \x hex text rather than re-encoded as base64: it is the spelling
-// psql shows and Postgres reads back as a bytea literal, the \x prefix tells it apart from a text
-// value, and passing it on costs no decode. Hex letters are lowered so one value has one spelling.
+// psql shows and Postgres reads back as a bytea literal, so a client can write the value back as
+// it came, and passing it on costs a validation but no decode or re-encode. Hex letters are
+// lowered so one value has one spelling.
 //
 // Arrays. Array text is parsed, not passed on, because its quoting rules are Postgres's own.
 // An unquoted NULL is null; a quoted "NULL" is the string NULL. A multi-dimensional array keeps

@@ -49,7 +49,7 @@ func appendTimestamp(dst, text []byte, zoned bool) []byte {
 // local mean time before it adopted standard time, such as New York's -04:56:02 until 1883.
 // ±HHMM is read too, but a seconds field only ever follows a colon-separated minute. The fraction
 // may have any number of digits and is truncated, not rounded, to milliseconds: rounding could
-// carry into the next second, day or year, and a reader of the binary value truncates as well.
+// carry into the next second, day or year.
 func parseTimestamp(text []byte, zoned bool) (c clock, offset int, ok bool) {
 	t := text
 	if len(t) < isoTimestampLen || t[4] != '-' || t[7] != '-' || t[10] != ' ' || t[13] != ':' || t[16] != ':' {
