@@ -170,6 +170,9 @@ func TestCloseUnderLoad(t *testing.T) {
 				if p%16 == 0 {
 					l.PushControl([]byte("c"))
 				}
+				if p%64 == 0 {
+					l.Forget(key) // as an unsubscribe racing the writer would
+				}
 			}
 		})
 	}
