@@ -157,7 +157,11 @@ func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
 // the one between Begin and Commit.
 func (a *assembler) target() (*pending, error) {
 	if a.inStream {
-		return a.streams[a.streamID], nil
+		p := a.streams[a.streamID]
+		if p == nil {
+			return nil, fmt.Errorf("a change arrived in the stream of xid %d after it was aborted", a.streamID)
+		}
+		return p, nil
 	}
 	if a.cur == nil {
 		return nil, fmt.Errorf("a change arrived outside any transaction")

@@ -34,12 +34,69 @@ func parseMessage(data []byte, inStream bool) (msg pglogrepl.Message, err error)
 			return nil, fmt.Errorf("truncate message names %d relations but holds %d bytes", n, len(data))
 		}
 	}
+	if err := checkTuples(data, inStream); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			msg, err = nil, fmt.Errorf("malformed pgoutput message of type %q (%d bytes): %v", data[0], len(data), r)
 		}
 	}()
 	return pglogrepl.ParseV2(data, inStream)
+}
+
+// checkTuples walks the tuples of an Insert, Update or Delete and refuses one whose column
+// lengths run past the message. pglogrepl allocates each column's declared length before it
+// copies, so a corrupt length of four gigabytes would be allocated before any panic.
+func checkTuples(data []byte, inStream bool) error {
+	kind := data[0]
+	if kind != 'I' && kind != 'U' && kind != 'D' {
+		return nil
+	}
+	b := data[1:]
+	skip := 4 // relation id
+	if inStream {
+		skip += 4 // xid
+	}
+	if len(b) < skip {
+		return fmt.Errorf("%q message of %d bytes is too short", kind, len(data))
+	}
+	b = b[skip:]
+	for len(b) > 0 {
+		marker := b[0]
+		if marker != 'N' && marker != 'K' && marker != 'O' {
+			return fmt.Errorf("%q message: unknown tuple marker %q", kind, marker)
+		}
+		b = b[1:]
+		if len(b) < 2 {
+			return fmt.Errorf("%q message: tuple cut short", kind)
+		}
+		n := int(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		for i := 0; i < n; i++ {
+			if len(b) < 1 {
+				return fmt.Errorf("%q message: column %d of %d missing", kind, i+1, n)
+			}
+			k := b[0]
+			b = b[1:]
+			if k != 't' && k != 'b' {
+				continue
+			}
+			if len(b) < 4 {
+				return fmt.Errorf("%q message: column %d length cut short", kind, i+1)
+			}
+			l := uint64(binary.BigEndian.Uint32(b))
+			b = b[4:]
+			if l > uint64(len(b)) {
+				return fmt.Errorf("%q message: column %d claims %d bytes, %d remain", kind, i+1, l, len(b))
+			}
+			b = b[l:]
+		}
+		if marker == 'N' {
+			break
+		}
+	}
+	return nil
 }
 
 // relation is the cached shape of a published table, as its latest Relation message said.

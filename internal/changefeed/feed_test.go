@@ -429,7 +429,7 @@ func TestLeadershipStandbyTakesOver(t *testing.T) {
 	cfg := testConfig(url, "items")
 	leader := start(t, cfg, leaderSink)
 
-	f, err := New(cfg, standbySink)
+	f, err := New(logTo(t, cfg), standbySink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +470,7 @@ func TestPermanentErrorEndsRunWithoutLooping(t *testing.T) {
 	var ends atomic.Int32
 	cfg := testConfig(url, "nopk")
 	cfg.OnEnd = func(error) { ends.Add(1) }
-	f, err := New(cfg, newCollector())
+	f, err := New(logTo(t, cfg), newCollector())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,15 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
+// testLog writes a test's feed logs to the test's own log, shown only when it fails.
+type testLog struct{ t testing.TB }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
 // testConfig is a fast-ticking feed config for db.
 func testConfig(db string, tables ...string) Config {
 	return Config{
@@ -118,6 +127,12 @@ func testConfig(db string, tables ...string) Config {
 	}
 }
 
+// logTo sends cfg's logs to t's log.
+func logTo(t testing.TB, cfg Config) Config {
+	cfg.Logger = slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return cfg
+}
+
 // running is a feed running in the background of a test.
 type running struct {
 	feed *Feed
@@ -128,7 +143,7 @@ type running struct {
 // start runs a feed until the test ends (or stop is called), and waits until it streams.
 func start(t *testing.T, cfg Config, sink Sink) *running {
 	t.Helper()
-	f, err := New(cfg, sink)
+	f, err := New(logTo(t, cfg), sink)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -217,3 +232,5 @@ func col(t *testing.T, r change.Row, name string) string {
 	}
 	return string(v)
 }
+
+func jsonValid(b []byte) bool { return json.Valid(b) }

@@ -124,7 +124,7 @@ func preflight(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log func(s
 		if err != nil {
 			return slotState{}, pgError(StageSlot, "create replication slot "+cfg.Slot, err)
 		}
-		log("created replication slot", "slot", cfg.Slot, "consistent_point", res.ConsistentPoint, "temporary", cfg.TemporarySlot)
+		log("created replication slot", "consistent_point", res.ConsistentPoint, "temporary", cfg.TemporarySlot)
 		slot = slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: database, temporary: cfg.TemporarySlot}
 		return slot, nil
 	}

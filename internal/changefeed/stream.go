@@ -37,7 +37,15 @@ func (f *Feed) session(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return pgError(StageConnect, "connect for replication", err)
+		e := pgError(StageConnect, "connect for replication", err)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" {
+			// The walsender refuses a role without REPLICATION before any query can run.
+			e.Stage = StagePreflight
+			e.Detail = fmt.Sprintf("role %q lacks the REPLICATION attribute: %s", cc.User, pe.Message)
+			e.Fix = fmt.Sprintf("ALTER ROLE %s REPLICATION;", quoteIdent(cc.User))
+		}
+		return e
 	}
 	// Whatever happens below, the connection is let go. A clean stop has already said goodbye
 	// and closed it; on an error, Close's own deadline bounds the Terminate.

@@ -1,0 +1,126 @@
+package changefeed
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/internal/testenv"
+)
+
+func TestCheckSlot(t *testing.T) {
+	cfg := &Config{Slot: "herald"}
+	tests := []struct {
+		name      string
+		slot      slotState
+		permanent bool
+		fix       string
+	}{
+		{"lost", slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: "app", walStatus: "lost"}, true, "pg_drop_replication_slot('herald')"},
+		{"two-phase", slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: "app", twoPhase: true}, true, "pg_drop_replication_slot('herald')"},
+		{"other plugin", slotState{exists: true, plugin: "wal2json", slotType: "logical", database: "app"}, true, "changefeed.slot"},
+		{"other database", slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: "other"}, true, "changefeed.slot"},
+		{"active elsewhere", slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: "app", active: true, activePID: "42"}, false, "stop the other consumer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkSlot(tt.slot, cfg, "app")
+			var fe *Error
+			if !errors.As(err, &fe) {
+				t.Fatalf("checkSlot = %v, want an *Error", err)
+			}
+			if fe.Permanent != tt.permanent || !strings.Contains(fe.Fix, tt.fix) {
+				t.Errorf("got permanent=%v fix=%q, want permanent=%v and a fix with %q", fe.Permanent, fe.Fix, tt.permanent, tt.fix)
+			}
+		})
+	}
+	healthy := slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: "app", walStatus: "reserved"}
+	if err := checkSlot(healthy, cfg, "app"); err != nil {
+		t.Errorf("healthy slot: %v", err)
+	}
+}
+
+// runOnce runs a feed that must fail preflight, and returns its error.
+func runOnce(t *testing.T, cfg Config) *Error {
+	t.Helper()
+	f, err := New(logTo(t, cfg), newCollector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = f.Run(ctx)
+	var fe *Error
+	if !errors.As(err, &fe) {
+		t.Fatalf("Run = %v, want an *Error", err)
+	}
+	return fe
+}
+
+func TestPreflightFailures(t *testing.T) {
+	t.Run("no replication privilege", func(t *testing.T) {
+		url := db(t, itemsTable)
+		testenv.Exec(t, url, `DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'herald_norepl') THEN CREATE ROLE herald_norepl LOGIN; END IF; END $$`)
+		u := strings.Replace(url, "postgres@", "herald_norepl@", 1)
+		fe := runOnce(t, testConfig(u, "items"))
+		if fe.Stage != StagePreflight || !strings.Contains(fe.Fix, `ALTER ROLE "herald_norepl" REPLICATION`) {
+			t.Errorf("got %v, want a preflight error whose fix grants REPLICATION", fe)
+		}
+	})
+	t.Run("publication misses a table", func(t *testing.T) {
+		url := db(t, itemsTable, `CREATE TABLE other (id int PRIMARY KEY)`, `CREATE PUBLICATION herald FOR TABLE items`)
+		fe := runOnce(t, testConfig(url, "items", "other"))
+		if fe.Stage != StagePublication || !strings.Contains(fe.Fix, `ALTER PUBLICATION "herald" ADD TABLE "public"."other"`) {
+			t.Errorf("got %v, want a fix that adds public.other", fe)
+		}
+	})
+	t.Run("publication skips deletes", func(t *testing.T) {
+		url := db(t, itemsTable, `CREATE PUBLICATION herald FOR TABLE items WITH (publish = 'insert, update')`)
+		fe := runOnce(t, testConfig(url, "items"))
+		if !strings.Contains(fe.Detail, "delete, truncate") || !strings.Contains(fe.Fix, "SET (publish") {
+			t.Errorf("got %v, want the missing actions named and a SET (publish ...) fix", fe)
+		}
+	})
+	t.Run("table does not exist", func(t *testing.T) {
+		url := db(t)
+		fe := runOnce(t, testConfig(url, "nosuch"))
+		if !strings.Contains(fe.Detail, "public.nosuch does not exist") {
+			t.Errorf("got %v, want the missing table named", fe)
+		}
+	})
+	t.Run("full identity required", func(t *testing.T) {
+		url := db(t, itemsTable)
+		cfg := testConfig(url, "items")
+		cfg.FullIdentityTables = []string{"items"}
+		fe := runOnce(t, cfg)
+		if !strings.Contains(fe.Fix, `ALTER TABLE "public"."items" REPLICA IDENTITY FULL`) {
+			t.Errorf("got %v, want the ALTER TABLE ... REPLICA IDENTITY FULL fix", fe)
+		}
+	})
+	t.Run("slot exists with another plugin", func(t *testing.T) {
+		url := db(t, itemsTable, `SELECT pg_create_logical_replication_slot('herald', 'test_decoding')`)
+		fe := runOnce(t, testConfig(url, "items"))
+		if fe.Stage != StageSlot || !fe.Permanent {
+			t.Errorf("got %v, want a permanent slot error", fe)
+		}
+	})
+}
+
+func TestPublicationIsCreatedBeforeTheSlot(t *testing.T) {
+	url := db(t, itemsTable)
+	sink := newCollector()
+	start(t, testConfig(url, "items"), sink)
+	c := connect(t, url)
+	var pubXmin, slotCatalogXmin int64
+	// The publication's row predates the slot's creation: its xmin is below the slot's
+	// catalog_xmin horizon.
+	if err := c.QueryRow(context.Background(), `SELECT (SELECT xmin::text::bigint FROM pg_publication WHERE pubname = 'herald'),
+		(SELECT catalog_xmin::text::bigint FROM pg_replication_slots WHERE slot_name = 'herald')`).Scan(&pubXmin, &slotCatalogXmin); err != nil {
+		t.Fatal(err)
+	}
+	if pubXmin >= slotCatalogXmin {
+		t.Errorf("publication xmin %d is not before the slot's catalog_xmin %d", pubXmin, slotCatalogXmin)
+	}
+}
