@@ -33,6 +33,9 @@ func (r Reason) String() string { return string(r) }
 // Stage tells a person reading the log where to look.
 type Stage string
 
+// String returns the stage's name.
+func (s Stage) String() string { return string(s) }
+
 // The stages, in the order Verify runs them.
 const (
 	StageDecode    Stage = "decode"    // splitting and decoding the compact JWS, reading its header
