@@ -20,14 +20,46 @@ var ruleOIDs = []uint32{
 	TimestamptzArrayOID, DateArrayOID, UUIDArrayOID, BoxArrayOID,
 }
 
+// appendJSONSeeds are one or two texts per branch of each rule. The table tests hold many more;
+// seeding with all of them would spend a short fuzz run on gathering baseline coverage.
+var appendJSONSeeds = []struct {
+	oid  uint32
+	text string
+}{
+	{Int4OID, "-2147483648"},
+	{Int8OID, "9007199254740993"},
+	{Int2OID, "007"},
+	{NumericOID, "1.10"},
+	{NumericOID, "0.30000000000000004"},
+	{NumericOID, "0.1000000000000000055"},
+	{NumericOID, "-Infinity"},
+	{Float8OID, "1.5e-07"},
+	{Float8OID, "NaN"},
+	{BoolOID, "t"},
+	{JSONBOID, `{"a": [1, 2.50]}`},
+	{JSONOID, "\"\xff\""},
+	{ByteaOID, `\xDEADbeef`},
+	{ByteaOID, `\x0a0`},
+	{TextOID, "a\"b\\c\n\x01\xff\u2028"},
+	{TimestamptzOID, "2024-01-06 14:00:00.123456+05:30"},
+	{TimestamptzOID, "1883-11-18 07:03:58-04:56:02"},
+	{TimestamptzOID, "2024-01-06 14:00:00+0530"},
+	{TimestamptzOID, "0044-03-15 10:00:00+00 BC"},
+	{TimestamptzOID, "9999-12-31 23:00:00-05"},
+	{TimestampOID, "2024-02-29 23:59:59.9999"},
+	{Int4ArrayOID, "{{1,2},{3,NULL}}"},
+	{Int4ArrayOID, "[1:2][0:0]={{1},{2}}"},
+	{Int4ArrayOID, "{{1,2},{3}}"},
+	{TextArrayOID, `{"a,b","c\"d",NULL,"NULL","",null}`},
+	{JSONBArrayOID, `{"{\"a\": 1}","null",1.5}`},
+	{TimestamptzArrayOID, `{"2024-01-06 14:00:00+05",infinity}`},
+	{BoxArrayOID, `{(1,1),(0,0);(2,2),(1,1)}`},
+	{16452, "happy"},
+}
+
 func FuzzAppendJSON(f *testing.F) {
-	for _, cases := range [][]jsonCase{
-		integerCases, numericCases, floatCases, boolCases, rawJSONCases, byteaCases,
-		stringCases, timestamptzCases, timestampCases, arrayCases,
-	} {
-		for _, c := range cases {
-			f.Add(c.oid, []byte(c.text))
-		}
+	for _, s := range appendJSONSeeds {
+		f.Add(s.oid, []byte(s.text))
 	}
 	f.Fuzz(func(t *testing.T, oid uint32, text []byte) {
 		// Small OIDs are kept as they are, so unknown types are fuzzed too.
