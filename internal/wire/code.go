@@ -331,6 +331,9 @@ const (
 	// ResyncPolicyError: a row rule failed to evaluate, so the server withheld the items
 	// rather than guess. An error frame with code policy_error accompanies it.
 	ResyncPolicyError ResyncReason = "policy_error"
+	// ResyncTransactionTooLarge: a transaction was larger than the changefeed holds, so its
+	// rows were let go (change.Txn.Overflow); first and last are its commit position.
+	ResyncTransactionTooLarge ResyncReason = "transaction_too_large"
 	// ResyncUpstreamGap: a hop before this node (the bus between nodes, a link between
 	// regions) lost items and said so.
 	ResyncUpstreamGap ResyncReason = "upstream_gap"
@@ -340,6 +343,6 @@ const (
 func ResyncReasons() []ResyncReason {
 	return []ResyncReason{
 		ResyncLaneFull, ResyncTooLarge, ResyncHistoryExpired, ResyncStreamReset,
-		ResyncPolicyError, ResyncUpstreamGap,
+		ResyncPolicyError, ResyncTransactionTooLarge, ResyncUpstreamGap,
 	}
 }

@@ -62,9 +62,11 @@ func Decode(b []byte, limit int) (Frame, error) {
 
 // DecodeServer reads one frame the server sent, for a client. limit <= 0 means no limit: the
 // server's frames carry rows and payloads of any size. It checks types and required fields as
-// strictly as Decode but not the id grammar, which is the client's own. A frame type this
-// version does not know is an *Error with code unknown_type, which a client must ignore: a
-// newer server may send new frame types within v1.
+// strictly as Decode but not the id grammar, which is the client's own.
+//
+// An error frame is returned as the frame (an *Error) with a nil error; a frame that cannot be
+// read is the error. A frame type this version does not know is an error with code
+// unknown_type, which a client must ignore: a newer server may send new frame types within v1.
 func DecodeServer(b []byte, limit int) (Frame, error) {
 	var r reader
 	if err := r.start(b, limit, true); err != nil {
@@ -105,7 +107,7 @@ func DecodeServer(b []byte, limit int) (Frame, error) {
 		e := &Error{
 			ID:      r.id,
 			Code:    Code(r.string("code", required, `"code":"bad_frame"`)),
-			Status:  int(r.uint("status", 999)),
+			Status:  int(r.statusField()),
 			Message: r.string("message", optional, ""),
 			Field:   r.string("field", optional, ""),
 			Sub:     r.string("sub", optional, ""),
@@ -328,6 +330,17 @@ func (r *reader) uint(name string, max uint64) uint64 {
 	return n
 }
 
+func (r *reader) statusField() uint64 {
+	if r.field("status", required, `"status":400`) == nil {
+		return 0
+	}
+	n := r.uint("status", 599)
+	if n < 100 && r.err == nil {
+		r.fail("status", CodeBadFrame, `"status" is an HTTP-like status from 100 to 599`)
+	}
+	return n
+}
+
 func (r *reader) seconds(name string) time.Duration {
 	return time.Duration(r.uint(name, 1<<32)) * time.Second
 }
@@ -538,9 +551,9 @@ func (r *reader) welcome() Frame {
 	if f.Version == 0 && r.err == nil {
 		r.fail("v", CodeBadFrame, `"v" is the protocol version, 1 or more`)
 	}
-	v := r.field("limits", optional, "")
+	v := r.field("limits", required, `"limits":{"max_frame_bytes":65536,"max_subscriptions":100}`)
 	if v == nil {
-		return f
+		return nil
 	}
 	if v[0] != '{' {
 		r.wrongType("limits", "an object", v, "")
@@ -548,6 +561,8 @@ func (r *reader) welcome() Frame {
 	}
 	ms, _, _ := objectMembers(v, nil)
 	lr := reader{ms: ms, id: r.id, prefix: "limits."}
+	lr.field("max_frame_bytes", required, `"max_frame_bytes":65536`)
+	lr.field("max_subscriptions", required, `"max_subscriptions":100`)
 	f.Limits = Limits{
 		MaxFrameBytes:    int(lr.uint("max_frame_bytes", 1<<31-1)),
 		MaxSubscriptions: int(lr.uint("max_subscriptions", 1<<31-1)),
@@ -560,9 +575,21 @@ func (r *reader) welcome() Frame {
 }
 
 func (r *reader) change() Frame {
+	sub := r.string("sub", required, `"sub":"s1"`)
+	var lsn change.LSN
+	if v := r.field("pos", required, `"pos":"16/B374D848"`); v != nil {
+		if v[0] != '"' {
+			r.wrongType("pos", "a commit LSN string", v, `"pos":"16/B374D848"`)
+		} else if l, err := change.ParseLSN(unquote(v)); err != nil || l == 0 {
+			r.fail("pos", CodeBadFrame, `"pos" must be a commit LSN like "16/B374D848", not %s`, v)
+		} else {
+			lsn = l
+		}
+	}
 	f := &Change{
-		Sub:        r.string("sub", required, `"sub":"s1"`),
-		Idx:        uint32(r.uint("idx", 1<<32-1)),
+		Sub:        sub,
+		LSN:        lsn,
+		Idx:        r.index(),
 		Op:         Op(r.string("op", required, `"op":"insert"`)),
 		Table:      r.string("table", required, `"table":"public.items"`),
 		Row:        r.row("row"),
@@ -576,16 +603,19 @@ func (r *reader) change() Frame {
 	if f.Old == nil {
 		f.OldKeyOnly = false // it describes old, and there is none
 	}
-	if v := r.field("pos", required, `"pos":"16/B374D848"`); v != nil {
-		if v[0] != '"' {
-			r.wrongType("pos", "a commit LSN string", v, `"pos":"16/B374D848"`)
-		} else if lsn, err := change.ParseLSN(unquote(v)); err != nil || lsn == 0 {
-			r.fail("pos", CodeBadFrame, `"pos" must be a commit LSN like "16/B374D848", not %s`, v)
-		} else {
-			f.LSN = lsn
-		}
-	}
 	return f
+}
+
+// index reads a change's idx: required, 1 or more.
+func (r *reader) index() uint32 {
+	if r.field("idx", required, `"idx":1`) == nil {
+		return 0
+	}
+	n := uint32(r.uint("idx", 1<<32-1))
+	if n == 0 {
+		r.fail("idx", CodeBadFrame, `"idx" is a change's 1-based index in its transaction, 1 or more`)
+	}
+	return n
 }
 
 // row reads a row image: an object whose members are columns, in order.

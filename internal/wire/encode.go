@@ -31,8 +31,8 @@ func AppendDataHead(dst []byte, t FrameType, sub string) []byte {
 
 // AppendChangeBody appends the shared body of c's change frame to dst:
 // `"pos":"16/B374D848","idx":1,"op":"insert","table":"public.items","row":{...},...}`. It
-// ignores c.Sub, which the head carries. It allocates nothing and does not validate: c's row
-// values must be valid JSON, as change.Row promises. Values are copied as they are, except
+// ignores c.Sub, which the head carries. It allocates nothing and does not validate: c.Idx
+// must be 1 or more and c's row values valid JSON, as change.Row promises. Values are copied as they are, except
 // that one holding a line break is compacted, so the frame stays one line.
 func AppendChangeBody(dst []byte, c *Change) []byte {
 	dst = append(dst, `"pos":"`...)
@@ -155,10 +155,10 @@ func appendPositionText(dst []byte, s string) []byte {
 
 // AppendFrame appends any frame to dst: a client frame for a client to send, a server frame
 // for the server to send, or an *Error. Data frames are written as head and body in one. It
-// fails only when a raw JSON field (a filter, data, a row value) is not valid JSON, which
-// would make the whole frame invalid.
+// fails only when the frame would be malformed: a raw JSON field (a filter, data, a row value)
+// that is not valid JSON, or a Change whose Idx is 0.
 func AppendFrame(dst []byte, f Frame) ([]byte, error) {
-	if err := checkRaw(f); err != nil {
+	if err := checkFrame(f); err != nil {
 		return dst, err
 	}
 	switch f := f.(type) {
@@ -261,8 +261,9 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
-// checkRaw reports a raw JSON field of f that is not valid JSON.
-func checkRaw(f Frame) error {
+// checkFrame reports what would make f's encoding malformed: a raw JSON field (a filter,
+// data, a row value) that is not valid JSON, or a change without its index.
+func checkFrame(f Frame) error {
 	check := func(name string, v []byte) error {
 		if v != nil && !validJSON(v) {
 			return fmt.Errorf("wire: %s frame: %s is not valid JSON", f.Type(), name)
@@ -285,6 +286,9 @@ func checkRaw(f Frame) error {
 	case *Message:
 		return check("data", f.Data)
 	case *Change:
+		if f.Idx == 0 {
+			return fmt.Errorf("wire: change frame: Idx is 0; a change's index in its transaction starts at 1")
+		}
 		if err := checkRow("row", f.Row); err != nil {
 			return err
 		}

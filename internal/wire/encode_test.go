@@ -231,8 +231,9 @@ func TestAppendFrameRefusesInvalidRaw(t *testing.T) {
 		&Publish{ID: "1", Channel: "c", Data: raw(`{"a":`)},
 		&Subscribe{ID: "1", Sub: "s", Table: "a.b", Filter: raw(`nope`)},
 		&Message{Sub: "s", Pos: ChannelPosition("e", 1), Channel: "c", Data: raw("\"\xff\"")},
-		&Change{Sub: "s", LSN: 1, Op: OpInsert, Table: "a.b", Row: change.Row{{Name: "a", Value: raw(`1 2`)}}},
-		&Change{Sub: "s", LSN: 1, Op: OpDelete, Table: "a.b", Old: change.Row{{Name: "a", Value: raw(`[`)}}},
+		&Change{Sub: "s", LSN: 1, Idx: 1, Op: OpInsert, Table: "a.b", Row: change.Row{{Name: "a", Value: raw(`1 2`)}}},
+		&Change{Sub: "s", LSN: 1, Idx: 1, Op: OpDelete, Table: "a.b", Old: change.Row{{Name: "a", Value: raw(`[`)}}},
+		&Change{Sub: "s", LSN: 1, Op: OpDelete, Table: "a.b"},
 	} {
 		if b, err := AppendFrame(nil, f); err == nil {
 			t.Errorf("AppendFrame(%T) = %s, want an error", f, b)

@@ -117,6 +117,9 @@ func FuzzDataFrame(f *testing.F) {
 	f.Add("", "", "", "", "", "", "", "", uint64(0), uint32(0), uint64(0))
 	f.Add("we\"ird\\", "a\x00b", "\xff\xfe", "\u2028\u2029", "é", "\x7f", "\t", "a b", uint64(1), uint32(1<<31), uint64(1<<63))
 	f.Fuzz(func(t *testing.T, sub, table, col, val, tag, channel, event, epoch string, lsn uint64, idx uint32, offset uint64) {
+		if idx == 0 {
+			idx = 1
+		}
 		c := &Change{
 			LSN: change.LSN(lsn | 1), Idx: idx, Op: OpUpdate, Table: "t" + table,
 			Row:     change.Row{{Name: col, Value: change.AppendJSONString(nil, val)}, {Name: "n", Value: []byte("1")}},
