@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/big"
+	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +82,78 @@ func FuzzAppendJSON(f *testing.F) {
 			t.Fatalf("JSON(%d, %q) = %s, AppendJSON gives %s", oid, text, j, v)
 		}
 		checkScalarMeaning(t, oid, text, v)
+		if oid == NumericOID {
+			if isNumber, want := v[0] != '"', numericReference(text); isNumber != want {
+				t.Fatalf("AppendJSON(numeric, %q) = %s; math/big says a float64 round trip is %v", text, v, want)
+			}
+		}
 	})
+}
+
+// numericReference is numericRoundTrips computed another way: the text's exact value and the
+// exact value of the float64's shortest decimal, compared as rationals.
+func numericReference(text []byte) bool {
+	if !isJSONNumber(text) || bytes.ContainsAny(text, "eE") {
+		return false
+	}
+	exact, ok := new(big.Rat).SetString(string(text))
+	if !ok {
+		return false
+	}
+	f, err := strconv.ParseFloat(string(text), 64)
+	if err != nil {
+		return false
+	}
+	back, ok := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+	return ok && exact.Cmp(back) == 0
+}
+
+// TestNumericAgainstReference compares numericRoundTrips with numericReference on decimals of 1
+// to 20 significant digits, from far below to far above float64's range.
+func TestNumericAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	numbers := 0
+	for range 3000 {
+		digits := strconv.FormatUint(rng.Uint64(), 10)
+		digits = digits[:1+rng.IntN(len(digits))]
+		exp := rng.IntN(700) - 350
+		text := decimalText(digits, exp, rng.IntN(2) == 0, rng.IntN(4))
+		got, want := numericRoundTrips([]byte(text)), numericReference([]byte(text))
+		if got != want {
+			t.Fatalf("numericRoundTrips(%q) = %v, math/big says %v", text, got, want)
+		}
+		if got {
+			numbers++
+		}
+	}
+	// Both answers must be common, or the comparison says little.
+	if numbers < 300 || numbers > 2700 {
+		t.Errorf("%d of 3000 decimals round-trip; the sample is lopsided", numbers)
+	}
+}
+
+// decimalText writes digits × 10^exp as numeric_out would, plain, with zeros trailing to pad the
+// scale.
+func decimalText(digits string, exp int, neg bool, pad int) string {
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	switch {
+	case exp >= 0:
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", exp))
+		if pad > 0 {
+			b.WriteString("." + strings.Repeat("0", pad))
+		}
+	case -exp < len(digits):
+		b.WriteString(digits[:len(digits)+exp] + "." + digits[len(digits)+exp:])
+		b.WriteString(strings.Repeat("0", pad))
+	default:
+		b.WriteString("0." + strings.Repeat("0", -exp-len(digits)) + digits)
+		b.WriteString(strings.Repeat("0", pad))
+	}
+	return b.String()
 }
 
 // checkScalarMeaning checks what a scalar's output says about its text: a number or a JSON value

@@ -106,8 +106,14 @@ func appendNumeric(dst, text []byte) []byte {
 	return appendString(dst, text)
 }
 
-// maxShortestDigits is the most significant digits the shortest decimal of a float64 can have.
-const maxShortestDigits = 17
+const (
+	// maxShortestDigits is the most significant digits the shortest decimal of a float64 has.
+	maxShortestDigits = 17
+	// safeDigits is DBL_DIG: a float64 tells apart any two decimals of this many significant
+	// digits in its normal range, safeMinExp to safeMaxExp as powers of ten.
+	safeDigits             = 15
+	safeMinExp, safeMaxExp = -307, 307
+)
 
 // numericRoundTrips reports whether text is a plain decimal (-?D+(.D+)?, as numeric_out writes
 // it) whose value is the shortest decimal of some float64. Such a text and the float64 it reads
@@ -156,20 +162,28 @@ func numericRoundTrips(text []byte) bool {
 	for digitAt(last) == '0' {
 		last--
 	}
-	if last-first+1 > maxShortestDigits {
+	ns, exp := last-first+1, intLen-first-1
+	switch {
+	case ns > maxShortestDigits:
 		return false
+	case ns <= safeDigits && exp >= safeMinExp && exp <= safeMaxExp:
+		// The float64 this reads as is nearer to it than to any other decimal of as few digits,
+		// so its shortest decimal is this one. TestSafeDigitsAreShortest checks the claim.
+		return true
 	}
-
-	// Spell the value the way strconv writes a float64 in 'e' form, read that, write the float
-	// back in its shortest 'e' form, and compare the two spellings.
 	var sig [maxShortestDigits]byte
-	ns := 0
 	for k := first; k <= last; k++ {
-		sig[ns] = digitAt(k)
-		ns++
+		sig[k-first] = digitAt(k)
 	}
+	return isShortestFloat64(sig[:ns], exp)
+}
+
+// isShortestFloat64 reports whether the decimal sig[0].sig[1:] × 10^exp is the shortest decimal
+// of the float64 nearest to it. It spells the value the way strconv writes a float64 in 'e'
+// form, reads that, writes the float back in its shortest 'e' form, and compares the spellings.
+func isShortestFloat64(sig []byte, exp int) bool {
 	var in, out [32]byte
-	want := appendScientific(in[:0], sig[:ns], intLen-first-1)
+	want := appendScientific(in[:0], sig, exp)
 	f, err := strconv.ParseFloat(unsafe.String(unsafe.SliceData(want), len(want)), 64)
 	if err != nil {
 		return false

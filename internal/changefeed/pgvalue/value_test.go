@@ -2,6 +2,8 @@ package pgvalue
 
 import (
 	"encoding/json"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -78,6 +80,13 @@ var numericCases = []jsonCase{
 	{"1e30", NumericOID, "1" + strings.Repeat("0", 30), "1" + strings.Repeat("0", 30)},
 	{"max float64", NumericOID, "17976931348623157" + strings.Repeat("0", 292), "17976931348623157" + strings.Repeat("0", 292)},
 	{"smallest subnormal", NumericOID, "0." + strings.Repeat("0", 323) + "5", "0." + strings.Repeat("0", 323) + "5"},
+	{"15 digits", NumericOID, "1234567890.12345", `1234567890.12345`},
+	{"16 digits, shortest", NumericOID, "0.1234567890123456", `0.1234567890123456`},
+	{"1e308, past the 15-digit range", NumericOID, "1" + strings.Repeat("0", 308), "1" + strings.Repeat("0", 308)},
+	{"1e-307", NumericOID, "0." + strings.Repeat("0", 306) + "1", "0." + strings.Repeat("0", 306) + "1"},
+	{"15 digits past float64", NumericOID, strings.Repeat("9", 15) + strings.Repeat("0", 294), `"` + strings.Repeat("9", 15) + strings.Repeat("0", 294) + `"`},
+	{"15 digits, subnormal", NumericOID, "0." + strings.Repeat("0", 319) + "123456789012345", `"0.` + strings.Repeat("0", 319) + `123456789012345"`},
+	{"1e-308, subnormal", NumericOID, "0." + strings.Repeat("0", 307) + "1", "0." + strings.Repeat("0", 307) + "1"},
 	{"1 + 1e-16 reads as 1", NumericOID, "1.0000000000000001", `"1.0000000000000001"`},
 	{"18 significant digits", NumericOID, "1.00000000000000011", `"1.00000000000000011"`},
 	{"exact value of 0.1", NumericOID, "0.1000000000000000055511151231257827021181583404541015625", `"0.1000000000000000055511151231257827021181583404541015625"`},
@@ -300,5 +309,32 @@ func TestNoAllocations(t *testing.T) {
 				t.Errorf("AppendJSON(%d, %q) makes %v allocations, want 0", tc.oid, tc.text, n)
 			}
 		})
+	}
+}
+
+// TestSafeDigitsAreShortest checks the shortcut numericRoundTrips takes: a decimal of at most
+// safeDigits significant digits, between 10^safeMinExp and 10^(safeMaxExp+1), is the shortest
+// decimal of the float64 it reads as.
+func TestSafeDigitsAreShortest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	check := func(sig string, exp int) {
+		t.Helper()
+		if !isShortestFloat64([]byte(sig), exp) {
+			t.Errorf("%s.%se%d is not the shortest decimal of its float64", sig[:1], sig[1:], exp)
+		}
+	}
+	for exp := safeMinExp; exp <= safeMaxExp; exp++ {
+		check("1", exp)
+		check("999999999999999", exp)
+		check("100000000000001", exp)
+		for range 30 {
+			sig := strconv.FormatUint(rng.Uint64N(9e14)+1e14, 10) // 15 digits
+			sig = strings.TrimRight(sig[:1+rng.IntN(safeDigits)], "0")
+			check(sig, exp)
+		}
+	}
+	// The check itself can say no.
+	if isShortestFloat64([]byte("9007199254740993"), 15) {
+		t.Errorf("9.007199254740993e15 (2^53+1) says it is the shortest decimal of a float64")
 	}
 }
