@@ -72,6 +72,10 @@ func (f *Feed) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if f.cfg.TemporarySlot && f.resumeEnd != 0 {
+		log.Warn("the temporary slot died with the last connection; changes committed while it was down are not streamed",
+			"last_confirmed", f.resumeEnd)
+	}
 
 	// Resume after what was confirmed. Failing that, from the commit LSN the consumer says it
 	// has seen: Postgres resends that transaction and the assembler drops it.
@@ -360,6 +364,8 @@ func (p *pump) enqueue(ctx context.Context, h handoff) error {
 	for {
 		select {
 		case p.handoff <- h:
+			// Waiting on the sink is not the server falling silent: nothing was read meanwhile.
+			p.lastRecv = time.Now()
 			return nil
 		case err := <-p.sinkErr:
 			p.inflight.Add(-1)
