@@ -491,3 +491,30 @@ func TestPermanentErrorEndsRunWithoutLooping(t *testing.T) {
 		t.Errorf("stats %+v, want the failure recorded and no restart", st)
 	}
 }
+
+func TestSlowSinkIsNotMistakenForASilentServer(t *testing.T) {
+	url := db(t, itemsTable)
+	sink := newCollector()
+	var slowed atomic.Bool
+	sink.refuse = func(*change.Txn) error {
+		if !slowed.Swap(true) {
+			time.Sleep(3 * time.Second) // longer than the 2s silence timeout
+		}
+		return nil
+	}
+	var ends atomic.Int32
+	cfg := testConfig(url, "items")
+	cfg.QueueTxns = 1
+	cfg.OnEnd = func(err error) { ends.Add(1); t.Logf("stream ended: %v", err) }
+	start(t, cfg, sink)
+	for i := 1; i <= 4; i++ {
+		testenv.Exec(t, url, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'a', 'b', 1, NULL)`, i))
+	}
+	events := sink.waitEvents(t, 4)
+	if n := ends.Load(); n != 0 {
+		t.Errorf("the stream ended %d times while only the sink was slow", n)
+	}
+	if len(events) != 4 {
+		t.Errorf("got %d events, want 4", len(events))
+	}
+}
