@@ -294,3 +294,43 @@ func TestErrorValue(t *testing.T) {
 		t.Errorf("CodeOf(plain error) = %s, want internal", CodeOf(bytes.ErrTooLarge))
 	}
 }
+
+func TestAppendTimeMatchesLayout(t *testing.T) {
+	times := []time.Time{
+		time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(2024, 2, 29, 12, 0, 0, 1e6, time.FixedZone("", -(4*3600+56*60+2))),
+		time.Date(0, 1, 1, 0, 30, 0, 0, time.FixedZone("", 3600)), // year -1 in UTC
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		commitTime,
+	}
+	for i := int64(0); i < 2000; i++ {
+		times = append(times, time.Unix(i*7919*86400/3+i*104729, i*999983%1e9))
+	}
+	for _, tm := range times {
+		got := string(appendTime(nil, tm))
+		want := tm.UTC().Format(timeLayout)
+		if got != want {
+			t.Fatalf("appendTime(%v) = %s, want %s", tm, got, want)
+		}
+	}
+}
+
+func TestAppendOneLine(t *testing.T) {
+	for in, want := range map[string]string{
+		`1`:                          `1`,
+		`"a\nb"`:                     `"a\nb"`, // an escaped line break is not a raw one
+		`"x y"`:                      `"x y"`,
+		"{\"a\": 1}":                 "{\"a\": 1}", // no line break: copied as it is
+		"{\n\"a\": \"b c\"\n}":       `{"a":"b c"}`,
+		"[1,\r\n2]":                  `[1,2]`,
+		"\n1":                        `1`,
+		"{\"k\":\"\\\\\"\n,\"j\":2}": `{"k":"\\","j":2}`,
+	} {
+		got := string(appendOneLine(nil, []byte(in)))
+		if got != want {
+			t.Errorf("appendOneLine(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

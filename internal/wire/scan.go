@@ -74,9 +74,32 @@ func objectMembers(b []byte, ms []member) (_ []member, ok bool, err error) {
 	if s.i >= len(b) {
 		return ms, false, s.fail("")
 	}
-	ms, err = s.object(ms, 1, true)
-	if err != nil {
-		return ms, false, err
+	// The members are collected here and not in object, which recurses: escape analysis
+	// gives up on a recursive function's parameters, and ms would go to the heap.
+	s.i++
+	s.ws()
+	if s.i < len(b) && b[s.i] == '}' {
+		s.i++
+	} else {
+		for {
+			key, escaped, err := s.key()
+			if err != nil {
+				return ms, false, err
+			}
+			vStart := s.i
+			if err := s.value(1); err != nil {
+				return ms, false, err
+			}
+			if escaped {
+				key = unescape(nil, key)
+			}
+			ms = append(ms, member{key: key, val: b[vStart:s.i]})
+			if done, err := s.next('}'); err != nil {
+				return ms, false, err
+			} else if done {
+				break
+			}
+		}
 	}
 	s.ws()
 	if s.i != len(b) {
@@ -85,58 +108,69 @@ func objectMembers(b []byte, ms []member) (_ []member, ok bool, err error) {
 	return ms, true, nil
 }
 
-// object reads an object at s.i ('{'); when collect is set it appends the members to ms.
-func (s *scanner) object(ms []member, depth int, collect bool) ([]member, error) {
+// object reads and validates an object at s.i ('{') nested depth levels deep.
+func (s *scanner) object(depth int) error {
 	if depth > maxNesting {
-		return ms, s.failf("JSON nested deeper than %d levels", maxNesting)
+		return s.failf("JSON nested deeper than %d levels", maxNesting)
 	}
 	s.i++
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '}' {
 		s.i++
-		return ms, nil
+		return nil
 	}
 	for {
-		s.ws()
-		if s.i >= len(s.b) || s.b[s.i] != '"' {
-			return ms, s.fail("want a string key")
+		if _, _, err := s.key(); err != nil {
+			return err
 		}
-		kStart := s.i
-		escaped, err := s.str()
-		if err != nil {
-			return ms, err
-		}
-		kEnd := s.i
-		s.ws()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return ms, s.fail(`want ':' after the key`)
-		}
-		s.i++
-		s.ws()
-		vStart := s.i
 		if err := s.value(depth); err != nil {
-			return ms, err
+			return err
 		}
-		if collect {
-			key := s.b[kStart+1 : kEnd-1]
-			if escaped {
-				key = unescape(nil, key)
-			}
-			ms = append(ms, member{key: key, val: s.b[vStart:s.i]})
+		if done, err := s.next('}'); err != nil || done {
+			return err
 		}
-		s.ws()
-		if s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',':
-				s.i++
-				continue
-			case '}':
-				s.i++
-				return ms, nil
-			}
-		}
-		return ms, s.fail(`want ',' or '}' after an object member`)
 	}
+}
+
+// key reads an object member's key and the colon after it, leaving s.i at the value. It
+// returns the key's raw body, and whether it holds escapes.
+func (s *scanner) key() (body []byte, escaped bool, err error) {
+	s.ws()
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return nil, false, s.fail("want a string key")
+	}
+	start := s.i
+	if escaped, err = s.str(); err != nil {
+		return nil, false, err
+	}
+	body = s.b[start+1 : s.i-1]
+	s.ws()
+	if s.i >= len(s.b) || s.b[s.i] != ':' {
+		return nil, false, s.fail(`want ':' after the key`)
+	}
+	s.i++
+	s.ws()
+	return body, escaped, nil
+}
+
+// next reads the ',' between members or elements, or the closing byte, reporting whether it
+// was the close.
+func (s *scanner) next(closing byte) (done bool, err error) {
+	s.ws()
+	if s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+			return false, nil
+		case closing:
+			s.i++
+			return true, nil
+		}
+	}
+	if closing == '}' {
+		return false, s.fail(`want ',' or '}' after an object member`)
+	}
+	return false, s.fail(`want ',' or ']' after an array element`)
 }
 
 // value reads one JSON value at s.i. depth is the nesting of the container it is in.
@@ -146,8 +180,7 @@ func (s *scanner) value(depth int) error {
 	}
 	switch c := s.b[s.i]; {
 	case c == '{':
-		_, err := s.object(nil, depth+1, false)
-		return err
+		return s.object(depth + 1)
 	case c == '[':
 		return s.array(depth + 1)
 	case c == '"':
@@ -181,18 +214,9 @@ func (s *scanner) array(depth int) error {
 		if err := s.value(depth); err != nil {
 			return err
 		}
-		s.ws()
-		if s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',':
-				s.i++
-				continue
-			case ']':
-				s.i++
-				return nil
-			}
+		if done, err := s.next(']'); err != nil || done {
+			return err
 		}
-		return s.fail(`want ',' or ']' after an array element`)
 	}
 }
 
@@ -383,15 +407,19 @@ func appendCompact(dst, v []byte) []byte {
 	return append(dst, v[start:]...)
 }
 
-// appendOneLine appends the JSON value v to dst so that no raw CR or LF reaches the frame. It
-// is on the hot path for every row value, so it copies v as it is when it holds neither, which
-// two vectorised searches decide; only a value with line breaks (a json column as a person
-// typed it) is compacted. Line breaks are only ever whitespace in valid JSON.
+// appendOneLine appends the valid JSON value v to dst so that no raw CR or LF reaches the
+// frame. It runs for every row value, so it looks only where a line break can be: in valid
+// JSON a raw line break is whitespace between tokens, and a number, string, boolean or null
+// has no such place. Only an object or array (a json column as a person typed it) is
+// searched, and compacted if it holds one.
 func appendOneLine(dst, v []byte) []byte {
-	if bytes.IndexByte(v, '\n') < 0 && bytes.IndexByte(v, '\r') < 0 {
-		return append(dst, v...)
+	switch v[0] {
+	case '{', '[', ' ', '\t', '\n', '\r':
+		if bytes.IndexByte(v, '\n') >= 0 || bytes.IndexByte(v, '\r') >= 0 {
+			return appendCompact(dst, v)
+		}
 	}
-	return appendCompact(dst, v)
+	return append(dst, v...)
 }
 
 // jsonKind names the kind of a raw JSON value for error messages.
