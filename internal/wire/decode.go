@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -201,28 +203,27 @@ func (r *reader) start(b []byte, limit int, server bool) *Error {
 	return r.err
 }
 
+// reservedTypes are frame type names v1 keeps for presence: track and untrack from a client;
+// join, leave and roster from the server.
+var reservedTypes = map[FrameType]bool{"track": true, "untrack": true, "join": true, "leave": true, "roster": true}
+
 // unknownType returns why t is not a frame the reading side accepts, or "" when it is.
 func unknownType(t FrameType, server bool) string {
-	known := false
-	for _, k := range FrameTypes() {
-		if k == t {
-			known = true
-			break
-		}
-	}
+	known := slices.Contains(FrameTypes(), t)
+	q := strconv.Quote(short(string(t)))
 	switch {
 	case known && t.FromClient() != server:
 		return ""
 	case known && server:
-		return fmt.Sprintf("%q is a frame a client sends, not the server", t)
+		return q + " is a frame a client sends, not the server"
 	case known:
-		return fmt.Sprintf("%q is a frame the server sends, not a client", t)
-	case t == "track" || t == "untrack" || t == "join" || t == "leave" || t == "roster":
-		return fmt.Sprintf("%q is reserved for presence, which this server version does not serve", t)
+		return q + " is a frame the server sends, not a client"
+	case reservedTypes[t]:
+		return q + " is reserved for presence, which this server version does not serve"
 	case server:
-		return fmt.Sprintf("unknown frame type %q; this client ignores it", t)
+		return "unknown frame type " + q + "; this client ignores it"
 	}
-	return fmt.Sprintf("unknown frame type %q; a client sends connect, refresh, subscribe, unsubscribe, publish, ping or ack", t)
+	return "unknown frame type " + q + "; a client sends connect, refresh, subscribe, unsubscribe, publish, ping or ack"
 }
 
 func (r *reader) fail(field string, code Code, format string, args ...any) {
@@ -322,7 +323,7 @@ func (r *reader) uint(name string, max uint64) uint64 {
 	n, ok := parseDecimal(string(v), max)
 	if !ok {
 		if v[0] == '-' || ('0' <= v[0] && v[0] <= '9') {
-			r.fail(name, CodeBadFrame, "%q must be a whole number from 0 to %d, not %s", r.prefix+name, max, v)
+			r.fail(name, CodeBadFrame, "%q must be a whole number from 0 to %d, not %s", r.prefix+name, max, short(string(v)))
 		} else {
 			r.wrongType(name, "a number", v, "")
 		}
@@ -518,7 +519,7 @@ func validateSubscribe(f *Subscribe) *Error {
 	case f.Table != "" && f.Event != "":
 		return bad("event", `"event" goes with a channel subscription; a table subscription filters with "filter"`)
 	case f.Mode != ModeBroadcast && f.Mode != ModeSingle:
-		return bad("mode", `"mode" must be "broadcast" (the default) or "single", not %q`, f.Mode)
+		return bad("mode", `"mode" must be "broadcast" (the default) or "single", not %q`, short(string(f.Mode)))
 	case f.Table != "" && f.From.IsChannel():
 		return &Error{Code: CodeBadPosition, Field: "from", Message: fmt.Sprintf(
 			`a table subscription resumes from a commit position like "16/B374D848", not the channel position %q`, f.From)}
@@ -581,7 +582,7 @@ func (r *reader) change() Frame {
 		if v[0] != '"' {
 			r.wrongType("pos", "a commit LSN string", v, `"pos":"16/B374D848"`)
 		} else if l, err := change.ParseLSN(unquote(v)); err != nil || l == 0 {
-			r.fail("pos", CodeBadFrame, `"pos" must be a commit LSN like "16/B374D848", not %s`, v)
+			r.fail("pos", CodeBadFrame, `"pos" must be a commit LSN like "16/B374D848", not %s`, short(string(v)))
 		} else {
 			lsn = l
 		}

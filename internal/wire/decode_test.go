@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/change"
@@ -117,6 +118,7 @@ func TestDecodeClientErrors(t *testing.T) {
 		{name: "type unknown", in: `{"type":"subscribe_all","id":"1"}`, code: CodeUnknownType, field: "type", id: "1", msgSubstr: "a client sends"},
 		{name: "type of a server frame", in: `{"type":"welcome","id":"1"}`, code: CodeUnknownType, field: "type", id: "1", msgSubstr: "the server sends"},
 		{name: "type reserved for presence", in: `{"type":"track","id":"1"}`, code: CodeUnknownType, field: "type", id: "1", msgSubstr: "reserved"},
+		{name: "type unknown and huge is echoed short", in: `{"type":"` + strings.Repeat("é", 5000) + `","id":"1"}`, code: CodeUnknownType, field: "type", id: "1", msgSubstr: `..."`},
 		{name: "type case differs", in: `{"type":"PING","id":"1"}`, code: CodeUnknownType, field: "type", id: "1"},
 		{name: "type twice", in: `{"type":"ping","type":"connect","id":"1"}`, code: CodeBadFrame, field: "type", id: "1", msgSubstr: "more than once"},
 		{name: "id missing", in: `{"type":"ping"}`, code: CodeBadFrame, field: "id", msgSubstr: `"id":"1"`},
@@ -184,8 +186,8 @@ func TestDecodeClientErrors(t *testing.T) {
 			if !strings.Contains(e.Message, tt.msgSubstr) {
 				t.Errorf("message %q does not contain %q", e.Message, tt.msgSubstr)
 			}
-			if e.Message == "" {
-				t.Errorf("empty message")
+			if e.Message == "" || len(e.Message) > 400 || !utf8.ValidString(e.Message) {
+				t.Errorf("message is empty, over 400 bytes or not UTF-8: %q", e.Message)
 			}
 			if CodeOf(err) != tt.code {
 				t.Errorf("CodeOf = %q, want %q", CodeOf(err), tt.code)

@@ -46,8 +46,8 @@ func checkDecoded(t *testing.T, in []byte, fr Frame, err error, decode func([]by
 		if fr != nil {
 			t.Fatalf("both a frame and an error")
 		}
-		if !decodeCodes[e.Code] || e.Message == "" {
-			t.Fatalf("error %v: code %q not a decoder code, or no message", e, e.Code)
+		if !decodeCodes[e.Code] || e.Message == "" || len(e.Message) > 512 || !utf8.ValidString(e.Message) {
+			t.Fatalf("error %v: code %q not a decoder code, or the message is empty, long or not UTF-8", e, e.Code)
 		}
 		if len(in) <= fuzzLimit && (!json.Valid(in) || !utf8.Valid(in)) && e.Code != CodeBadFrame {
 			t.Fatalf("invalid JSON refused with %s, want bad_frame", e.Code)
@@ -86,6 +86,10 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		fr, err := Decode(in, fuzzLimit)
 		checkDecoded(t, in, fr, err, Decode)
+		var e *Error
+		if errors.As(err, &e) && e.ID != "" && !validToken(e.ID) {
+			t.Fatalf("error echoes an id outside the grammar: %q", e.ID)
+		}
 		if err == nil && !fr.Type().FromClient() {
 			t.Fatalf("Decode returned a server frame %T", fr)
 		}

@@ -166,12 +166,7 @@ func ParsePosition(s string) (Position, error) {
 	return Position{Epoch: epoch, Offset: n}, nil
 }
 
-func positionError(s string) error {
-	if len(s) > 80 {
-		s = s[:80] + "..."
-	}
-	return &positionSyntaxError{text: s}
-}
+func positionError(s string) error { return &positionSyntaxError{text: short(s)} }
 
 type positionSyntaxError struct{ text string }
 

@@ -124,9 +124,15 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 	return f, nil
 }
 
+// short cuts client input echoed in a message to 80 bytes, on a UTF-8 boundary, so an error
+// frame never grows with what it complains about.
 func short(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
+	if len(s) <= 80 {
+		return s
 	}
-	return s
+	s = s[:80]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
 }
