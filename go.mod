@@ -3,6 +3,7 @@ module github.com/heraldrt/herald
 go 1.26.8
 
 require (
+	github.com/coder/websocket v1.8.15 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect

@@ -1,0 +1,24 @@
+// Package session is one client connection, whatever carries it: it answers the client's
+// frames, holds its identity and subscriptions, and owns the writer that drains the
+// connection's lanes onto its Transport.
+//
+// # Concurrency
+//
+// Three kinds of goroutine touch a Session:
+//   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands) calls Handle;
+//   - producers (the channel hub, the table router) call Deliver, which never blocks;
+//   - the writer, Run, is the only goroutine that writes to the Transport.
+//
+// mu guards the identity and the subscription table. Deliver takes no lock of the session's: it
+// pushes onto the lanes, which have their own. Nothing is written to the network under mu.
+//
+// # Lifecycle
+//
+// New makes a session for an identity that has already been verified. Run writes until the
+// session closes and returns when its writer has ended, after every subscription has been let
+// go. Close may be called from any goroutine, any number of times: the first call wins. The
+// writer then writes the control frames still queued (the error that explains the close, say)
+// within a short grace period, closes the transport with the code, and ends. A write stuck on a
+// client that stopped reading cannot hold the close: after the grace period the transport is
+// closed from outside, which fails the write.
+package session

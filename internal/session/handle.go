@@ -1,0 +1,225 @@
+package session
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// HandleFrame decodes and answers one client frame. Replies, including the error frame of a
+// refused request, go onto the control lane; a frame the connection cannot survive closes it.
+// It is the reader's: called from one goroutine per WebSocket, or from SSE command handlers.
+func (s *Session) HandleFrame(b []byte) {
+	f, err := wire.Decode(b, s.cfg.MaxFrameBytes)
+	if err != nil {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
+		}
+		s.Send(we)
+		return
+	}
+	s.Handle(f)
+}
+
+// Handle answers one decoded client frame.
+func (s *Session) Handle(f wire.Frame) {
+	switch f := f.(type) {
+	case *wire.Connect:
+		s.Send(&wire.Error{ID: f.ID, Code: wire.CodeBadFrame, Field: "type",
+			Message: "this connection is already connected; send connect only as the first frame"})
+	case *wire.Refresh:
+		s.refresh(f)
+	case *wire.Subscribe:
+		if err := s.Subscribe(f); err != nil {
+			s.Send(err)
+		}
+	case *wire.Unsubscribe:
+		if err := s.Unsubscribe(f.ID, f.Sub); err != nil {
+			s.Send(err)
+			return
+		}
+		s.Send(&wire.Unsubscribed{ID: f.ID, Sub: f.Sub})
+	case *wire.Publish:
+		s.publish(f)
+	case *wire.Ping:
+		s.Send(&wire.Pong{ID: f.ID})
+	case *wire.Ack:
+		s.Send(&wire.Error{ID: f.ID, Code: wire.CodeNotImplemented,
+			Message: "acknowledged delivery is reserved in protocol v1 and this server does not serve it yet; use mode broadcast"})
+	default:
+		s.Send(&wire.Error{Code: wire.CodeUnknownType, Message: fmt.Sprintf("frame type %q is not one a client sends", f.Type())})
+	}
+}
+
+// Subscribe attaches a subscription and answers subscribed once it is live. A refused
+// subscription is returned as the error frame to send.
+func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
+	if f.Mode == wire.ModeSingle {
+		return &wire.Error{ID: f.ID, Code: wire.CodeNotImplemented, Field: "mode",
+			Message: `mode "single" (acknowledged delivery) is reserved in protocol v1 and not served yet; use "broadcast"`}
+	}
+	if f.Table != "" {
+		return &wire.Error{ID: f.ID, Code: wire.CodeUnknownTable, Field: "table",
+			Message: fmt.Sprintf("table %q is not streamed by this server: table subscriptions need the changefeed (changefeed.database_url) and the table in changefeed.tables", f.Table)}
+	}
+	if s.deps.Channels == nil {
+		return &wire.Error{ID: f.ID, Code: wire.CodeUnavailable, Message: "this server does not serve channels"}
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return nil
+	case s.subs[f.Sub] != nil:
+		s.mu.Unlock()
+		return &wire.Error{ID: f.ID, Code: wire.CodeDuplicateSubscription, Field: "sub",
+			Message: fmt.Sprintf("this connection already has a subscription %q; choose another sub, or unsubscribe it first", f.Sub)}
+	case len(s.subs) >= s.cfg.MaxSubscriptions:
+		s.mu.Unlock()
+		return &wire.Error{ID: f.ID, Code: wire.CodeTooManySubscriptions,
+			Message: fmt.Sprintf("this connection holds %d subscriptions, the most it may; unsubscribe from one first, or open another connection", s.cfg.MaxSubscriptions)}
+	}
+	// The slot is taken before the hub is asked, so a concurrent subscribe with the same sub
+	// cannot slip in; it is live for Deliver from the moment the hub attaches it.
+	su := &subscription{sub: f.Sub, head: wire.AppendDataHead(nil, wire.FrameMessage, f.Sub), unsubscribe: func() {}}
+	s.subs[f.Sub] = su
+	s.mu.Unlock()
+
+	head, unsubscribe, err := s.deps.Channels.Subscribe(s, f.Sub, f.Channel, f.Event)
+	if err != nil {
+		s.mu.Lock()
+		if s.subs[f.Sub] == su {
+			delete(s.subs, f.Sub)
+		}
+		s.mu.Unlock()
+		var we *wire.Error
+		if errors.As(err, &we) {
+			we.ID = f.ID
+			return we
+		}
+		return &wire.Error{ID: f.ID, Code: wire.CodeBadFrame, Field: "channel", Message: err.Error(), Err: err}
+	}
+	s.mu.Lock()
+	if s.closed || s.subs[f.Sub] != su {
+		s.mu.Unlock()
+		unsubscribe()
+		return nil
+	}
+	su.unsubscribe = unsubscribe
+	s.mu.Unlock()
+
+	pos := head
+	if !f.From.IsZero() {
+		pos = f.From
+	}
+	s.Send(&wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos})
+	if gap := resumeGap(f.Sub, f.From, head); gap != nil {
+		s.Send(gap)
+	}
+	return nil
+}
+
+// resumeGap is the resync a resumed channel subscription needs: this server keeps no history
+// yet, so every item between from and the channel's head is reported lost, and a from of
+// another epoch means the stream was reset.
+func resumeGap(sub string, from, head wire.Position) *wire.Resync {
+	switch {
+	case from.IsZero() || head.IsZero():
+		return nil
+	case from.Epoch != head.Epoch:
+		return &wire.Resync{Sub: sub, Last: head, Reason: wire.ResyncStreamReset}
+	case from.Offset < head.Offset:
+		return &wire.Resync{Sub: sub, First: wire.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
+			Lost: head.Offset - from.Offset, Reason: wire.ResyncHistoryExpired}
+	}
+	return nil
+}
+
+// Unsubscribe ends a subscription of this session. Another connection's subscription, or one
+// that never existed, is not_found alike: the answer says nothing about anyone else.
+func (s *Session) Unsubscribe(id, sub string) *wire.Error {
+	s.mu.Lock()
+	su := s.subs[sub]
+	delete(s.subs, sub)
+	s.mu.Unlock()
+	if su == nil {
+		return &wire.Error{ID: id, Code: wire.CodeNotFound, Field: "sub",
+			Message: fmt.Sprintf("this connection has no subscription %q", sub)}
+	}
+	su.unsubscribe()
+	s.lanes.Forget(sub)
+	return nil
+}
+
+func (s *Session) publish(f *wire.Publish) {
+	if !s.cfg.ClientPublish {
+		s.Send(&wire.Error{ID: f.ID, Code: wire.CodePublishNotAllowed,
+			Message: "clients may not publish on this server (channels.client_publish is off); publish through the HTTP API"})
+		return
+	}
+	if s.deps.Channels == nil {
+		s.Send(&wire.Error{ID: f.ID, Code: wire.CodeUnavailable, Message: "this server does not serve channels"})
+		return
+	}
+	pos, err := s.deps.Channels.Publish(f.Channel, f.Event, f.Data)
+	if err != nil {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = &wire.Error{Code: wire.CodeBadFrame, Field: "channel", Message: err.Error(), Err: err}
+		}
+		we.ID = f.ID
+		s.Send(we)
+		return
+	}
+	s.Send(&wire.Published{ID: f.ID, Pos: pos})
+}
+
+// refresh replaces the session's token, keeping every subscription. A token for another
+// identity is refused and the old one stays in force.
+func (s *Session) refresh(f *wire.Refresh) {
+	if s.deps.Verifier == nil {
+		s.Send(&wire.Error{ID: f.ID, Code: wire.CodeUnauthorized, Message: "this server verifies no tokens"})
+		return
+	}
+	ident, err := s.deps.Verifier.Verify(f.Token)
+	if err != nil {
+		s.Send(AuthError(f.ID, err))
+		return
+	}
+	s.mu.Lock()
+	if ident.Subject != s.identity.Subject || s.identity.Anonymous {
+		s.mu.Unlock()
+		s.Send(&wire.Error{ID: f.ID, Code: wire.CodeForbidden, Field: "token",
+			Message: "the new token is for another identity; a refresh keeps the identity, so reconnect to change it"})
+		return
+	}
+	s.identity = ident
+	s.armExpiry()
+	s.mu.Unlock()
+	r := &wire.Refreshed{ID: f.ID}
+	if !ident.ExpiresAt.IsZero() {
+		r.ExpiresAt, r.ExpiresIn = ident.ExpiresAt, ident.ExpiresAt.Sub(s.cfg.Now()).Truncate(time.Second)
+	}
+	s.Send(r)
+}
+
+// AuthError is the error frame for a token that did not verify.
+func AuthError(id string, err error) *wire.Error {
+	var ae *auth.Error
+	msg := "the token did not verify"
+	if errors.As(err, &ae) {
+		msg = ae.Detail
+		if ae.Fix != "" {
+			msg += "; " + ae.Fix
+		}
+	}
+	code := wire.CodeUnauthorized
+	if errors.Is(err, auth.ErrExpired) {
+		code = wire.CodeTokenExpired
+	}
+	return &wire.Error{ID: id, Code: code, Field: "token", Message: msg}
+}

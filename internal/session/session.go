@@ -1,0 +1,405 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// Transport is the connection's wire. The session's writer goroutine is the only caller of
+// Write; Close may be called from any goroutine and more than once.
+type Transport interface {
+	// Write writes items in order, each as one frame, and flushes them. It honours ctx, which
+	// carries the deadline of a slow client.
+	Write(ctx context.Context, items []delivery.Item) error
+	// Close ends the connection with a close code and a short human reason (the transport
+	// formats it, e.g. with wire.CloseReason).
+	Close(code wire.CloseCode, reason string)
+}
+
+// Channels is the channel hub as a session uses it.
+type Channels interface {
+	// Subscribe attaches sub to the channels pattern and event select, and returns the
+	// position it starts after (zero for a pattern spanning channels) and how to detach.
+	Subscribe(s Subscriber, sub, pattern, event string) (head wire.Position, unsubscribe func(), err error)
+	// Publish sends data to one channel and returns its position there.
+	Publish(channel, event string, data json.RawMessage) (wire.Position, error)
+}
+
+// Subscriber is what a producer hands data to: the session itself.
+type Subscriber interface {
+	Deliver(sub string, body []byte, pos wire.Position)
+}
+
+// Verifier checks tokens: auth.Verifier.
+type Verifier interface {
+	Verify(token string) (auth.Identity, error)
+}
+
+// Config configures sessions. The zero value of every field means its default.
+type Config struct {
+	// MaxSubscriptions a connection may hold at once. Default 100.
+	MaxSubscriptions int
+	// MaxFrameBytes is the largest client frame read. Default wire.DefaultMaxFrameBytes.
+	MaxFrameBytes int
+	// SlowTimeout closes a connection as too slow when its data lane has been losing frames
+	// for this long, or one write has been blocked this long. Default 10s.
+	SlowTimeout time.Duration
+	// PingInterval is announced in welcome; the transport does the pinging. Default 25s.
+	PingInterval time.Duration
+	// ExpiryWarning is how long before its token expires a client is sent expiring. Default 60s.
+	ExpiryWarning time.Duration
+	// ClientPublish lets clients publish to channels.
+	ClientPublish bool
+	// Lanes bounds each connection's queues. EncodeMarker defaults to wire.AppendMarker.
+	Lanes delivery.Config
+	// CloseGrace is how long the writer may spend writing the frames that explain a close.
+	// Default 2s.
+	CloseGrace time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = 100
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = wire.DefaultMaxFrameBytes
+	}
+	if c.SlowTimeout <= 0 {
+		c.SlowTimeout = 10 * time.Second
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 25 * time.Second
+	}
+	if c.ExpiryWarning <= 0 {
+		c.ExpiryWarning = time.Minute
+	}
+	if c.CloseGrace <= 0 {
+		c.CloseGrace = 2 * time.Second
+	}
+	if c.Lanes.EncodeMarker == nil {
+		c.Lanes.EncodeMarker = wire.AppendMarker
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports a Config that New would refuse.
+func (c Config) Validate() error {
+	return c.withDefaults().Lanes.Validate()
+}
+
+// Deps are what sessions use, shared by all of them.
+type Deps struct {
+	Channels Channels // nil: channels are not served
+	Verifier Verifier // nil: refresh is refused
+}
+
+// Session is one client connection.
+type Session struct {
+	id        string
+	cfg       Config
+	deps      Deps
+	transport Transport
+	lanes     *delivery.Lanes
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	identity auth.Identity            // guarded by mu
+	subs     map[string]*subscription // guarded by mu
+	expiry   *time.Timer              // guarded by mu: sends expiring, then closes
+	closed   bool                     // guarded by mu: no subscription may be added
+
+	closing   chan struct{} // closed by the first Close
+	closeOnce sync.Once
+	closeCode wire.CloseCode // written once, before closing is closed
+	closeMsg  string
+	done      chan struct{} // closed when Run has ended
+
+	delivered atomic.Uint64
+}
+
+// subscription is one of the session's subscriptions.
+type subscription struct {
+	sub         string
+	head        []byte // the data frames' per-subscription prefix, encoded once
+	unsubscribe func()
+}
+
+// New returns a session for an identity the transport has verified.
+func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error) {
+	cfg = cfg.withDefaults()
+	lanes, err := delivery.New(cfg.Lanes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{
+		id:        newID(),
+		cfg:       cfg,
+		deps:      deps,
+		transport: t,
+		lanes:     lanes,
+		identity:  id,
+		subs:      map[string]*subscription{},
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	s.log = cfg.Logger.With("session", s.id)
+	s.mu.Lock()
+	s.armExpiry()
+	s.mu.Unlock()
+	return s, nil
+}
+
+// newID returns an unguessable session id: SSE commands are addressed by it.
+func newID() string {
+	var b [18]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// ID is the session's id, as welcome sends it.
+func (s *Session) ID() string { return s.id }
+
+// Identity is the session's current identity.
+func (s *Session) Identity() auth.Identity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.identity
+}
+
+// Done is closed once Run has ended.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Stats is the session's lanes' counters.
+func (s *Session) Stats() delivery.Stats { return s.lanes.Stats() }
+
+// Welcome is the session's welcome frame, answering the connect with id.
+func (s *Session) Welcome(id string) *wire.Welcome {
+	ident := s.Identity()
+	w := &wire.Welcome{ID: id, Version: wire.Version, Session: s.id, Limits: wire.Limits{
+		MaxFrameBytes:    s.cfg.MaxFrameBytes,
+		MaxSubscriptions: s.cfg.MaxSubscriptions,
+		PingInterval:     s.cfg.PingInterval,
+	}}
+	if !ident.ExpiresAt.IsZero() {
+		w.ExpiresAt = ident.ExpiresAt
+		w.ExpiresIn = ident.ExpiresAt.Sub(s.cfg.Now()).Truncate(time.Second)
+	}
+	return w
+}
+
+// Send queues a control frame. A control lane that cannot take it means the client is not
+// reading its own replies: the session closes as too slow.
+func (s *Session) Send(f wire.Frame) {
+	b, err := wire.AppendFrame(nil, f)
+	if err != nil {
+		s.log.Error("encode a control frame", "type", f.Type(), "error", err)
+		return
+	}
+	if err := s.lanes.PushControl(b); err != nil {
+		if errors.Is(err, delivery.ErrControlFull) {
+			s.Close(wire.CloseTooSlow, "replies are not being read")
+		}
+	}
+}
+
+// Fail sends err as an error frame and closes the session with code: the error says why.
+func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
+	s.Send(err)
+	s.Close(code, err.Message)
+}
+
+// Deliver queues a data frame of sub: the body is shared with every other subscriber and
+// never modified. It never blocks; a frame the data lane cannot take becomes part of sub's
+// resync marker.
+func (s *Session) Deliver(sub string, body []byte, pos wire.Position) {
+	s.mu.Lock()
+	su := s.subs[sub]
+	s.mu.Unlock()
+	if su == nil {
+		return // unsubscribed while the producer was delivering
+	}
+	s.lanes.PushData(delivery.Frame{Head: su.head, Body: body, Key: sub, Pos: pos.String()})
+	s.delivered.Add(1)
+}
+
+// Close ends the session with code and reason. The first call wins.
+func (s *Session) Close(code wire.CloseCode, reason string) {
+	s.closeOnce.Do(func() {
+		s.closeCode, s.closeMsg = code, reason
+		close(s.closing)
+		// A writer blocked on a client that stopped reading would hold the close forever.
+		time.AfterFunc(s.cfg.CloseGrace, func() {
+			select {
+			case <-s.done:
+			default:
+				s.transport.Close(code, reason)
+			}
+		})
+	})
+}
+
+// Closing is closed once Close has been called.
+func (s *Session) Closing() <-chan struct{} { return s.closing }
+
+// Run is the writer: it drains the lanes onto the transport until the session closes, then
+// lets go of every subscription. It returns once it has ended.
+func (s *Session) Run(ctx context.Context) {
+	defer close(s.done)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+		case <-wctx.Done():
+		}
+		cancel()
+	}()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.watchStall(wctx)
+	}()
+
+	var b delivery.Batch
+	for {
+		if !s.lanes.TryNext(&b) {
+			if err := s.lanes.Next(wctx, &b); err != nil {
+				break
+			}
+		}
+		if err := s.write(wctx, b.Items); err != nil {
+			if wctx.Err() == nil {
+				s.Close(wire.CloseNormal, "connection lost")
+			}
+			break
+		}
+	}
+	cancel()
+	wg.Wait()
+	if ctx.Err() != nil {
+		s.Close(wire.CloseShuttingDown, "server shutting down")
+	}
+	s.finish()
+}
+
+// write writes one batch under the slow-client deadline.
+func (s *Session) write(ctx context.Context, items []delivery.Item) error {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.SlowTimeout)
+	defer cancel()
+	err := s.transport.Write(wctx, items)
+	if err != nil && errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		s.Close(wire.CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
+	}
+	return err
+}
+
+// finish writes the control frames that explain the close, closes the transport and lets go
+// of the subscriptions.
+func (s *Session) finish() {
+	<-s.closing
+	gctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseGrace)
+	defer cancel()
+	var b delivery.Batch
+	if s.lanes.TryNext(&b) {
+		var ctl []delivery.Item
+		for _, it := range b.Items {
+			if it.Kind == delivery.KindControl {
+				ctl = append(ctl, it)
+			}
+		}
+		if len(ctl) > 0 {
+			_ = s.transport.Write(gctx, ctl)
+		}
+	}
+	s.lanes.Close()
+	s.transport.Close(s.closeCode, s.closeMsg)
+	s.mu.Lock()
+	s.closed = true
+	subs := s.subs
+	s.subs = map[string]*subscription{}
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	s.mu.Unlock()
+	for _, su := range subs {
+		su.unsubscribe()
+	}
+}
+
+// watchStall closes the session as too slow once its data lane has been losing frames for
+// SlowTimeout: the markers kept the client's view honest, but a client that never catches up
+// only holds memory.
+func (s *Session) watchStall(ctx context.Context) {
+	t := time.NewTicker(max(s.cfg.SlowTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if since, ok := s.lanes.Stalled(); ok && s.cfg.Now().Sub(since) >= s.cfg.SlowTimeout {
+				s.Close(wire.CloseTooSlow, fmt.Sprintf("the data queue stayed full for %s", s.cfg.SlowTimeout))
+				return
+			}
+		}
+	}
+}
+
+// armExpiry schedules the expiring warning and the close at the token's expiry. Called with
+// mu held.
+func (s *Session) armExpiry() {
+	if s.expiry != nil {
+		s.expiry.Stop()
+		s.expiry = nil
+	}
+	at := s.identity.ExpiresAt
+	if at.IsZero() {
+		return
+	}
+	warnAt := at.Add(-s.cfg.ExpiryWarning)
+	now := s.cfg.Now()
+	var fire func()
+	fire = func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed || !s.identity.ExpiresAt.Equal(at) {
+			return // refreshed meanwhile
+		}
+		now := s.cfg.Now()
+		if now.Before(at) {
+			s.mu.Unlock()
+			s.Send(&wire.Expiring{ExpiresAt: at, ExpiresIn: at.Sub(now).Truncate(time.Second)})
+			s.mu.Lock()
+			s.expiry = time.AfterFunc(at.Sub(now), fire)
+			return
+		}
+		go s.Fail(wire.Errorf(wire.CodeTokenExpired, "the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339)), wire.CloseTokenExpired)
+	}
+	d := warnAt.Sub(now)
+	if d < 0 {
+		d = 0
+	}
+	s.expiry = time.AfterFunc(d, fire)
+}

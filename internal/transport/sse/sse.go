@@ -1,0 +1,283 @@
+// Package sse serves Herald's protocol as Server-Sent Events: GET opens a stream whose URL may
+// declare one subscription, and POST carries the client's commands to the stream's session,
+// whose replies arrive on the stream in order with the data.
+//
+// Each stream's handler owns its session: it runs the session's writer and a keepalive ticker,
+// and returns once both have ended. Writes to the response go through one mutex, shared by the
+// writer and the keepalive.
+package sse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/transport/websocket"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// Config configures the handler. The zero value of each field means its default.
+type Config struct {
+	// PingInterval is how often a keepalive comment goes out. Default 25s.
+	PingInterval time.Duration
+	Session      session.Config
+	Logger       *slog.Logger
+}
+
+// Handler serves GET /v1/sse and POST /v1/sse/{session}.
+type Handler struct {
+	cfg      Config
+	deps     session.Deps
+	auth     websocket.Authenticator
+	registry websocket.Registry
+	base     context.Context
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	streams map[string]*session.Session // guarded by mu: live streams by session id
+}
+
+// New returns the SSE handler. base is the server's context: sessions run under it.
+func New(base context.Context, cfg Config, deps session.Deps, a websocket.Authenticator, r websocket.Registry) *Handler {
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 25 * time.Second
+	}
+	cfg.Session.PingInterval = cfg.PingInterval
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Session.Logger == nil {
+		cfg.Session.Logger = cfg.Logger
+	}
+	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger, streams: map[string]*session.Session{}}
+}
+
+func bearer(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return r.URL.Query().Get("access_token")
+}
+
+func authError(err error) *wire.Error { return session.AuthError("", err) }
+
+// Stream serves GET /v1/sse.
+func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the response cannot stream"})
+		return
+	}
+	lastID := r.Header.Get("Last-Event-ID")
+	if lastID == "" {
+		lastID = r.URL.Query().Get("last_event_id")
+	}
+	sub, err := wire.SubscribeFromQuery(r.URL.Query(), lastID)
+	if err != nil {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
+		}
+		websocket.WriteHTTPError(w, we)
+		return
+	}
+	ident, err := h.auth.Authenticate(bearer(r))
+	if err != nil {
+		websocket.WriteHTTPError(w, authError(err))
+		return
+	}
+	release, ok := h.registry.Admit()
+	if !ok {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeTooManyConnections,
+			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"})
+		return
+	}
+	defer release()
+
+	t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{})}
+	if sub != nil {
+		t.urlSub = sub.Sub
+	}
+	s, err := session.New(h.cfg.Session, h.deps, t, ident)
+	if err != nil {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the server could not open a session"})
+		return
+	}
+	s.Send(s.Welcome(""))
+	if sub != nil {
+		if we := s.Subscribe(sub); we != nil {
+			s.Close(wire.CloseNormal, "")
+			websocket.WriteHTTPError(w, we)
+			return
+		}
+	}
+	untrack := h.registry.Track(s)
+	defer untrack()
+	h.mu.Lock()
+	h.streams[s.ID()] = s
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.streams, s.ID())
+		h.mu.Unlock()
+	}()
+
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.Run(h.base)
+	}()
+	tick := time.NewTicker(h.cfg.PingInterval)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-r.Context().Done():
+			s.Close(wire.CloseNormal, "client went away")
+			break loop
+		case <-s.Done():
+			break loop
+		case <-tick.C:
+			if err := t.comment("ping"); err != nil {
+				s.Close(wire.CloseNormal, "connection lost")
+				break loop
+			}
+		}
+	}
+	wg.Wait()
+}
+
+// Command serves POST /v1/sse/{session}: one client frame for a live stream's session.
+func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	s := h.streams[r.PathValue("session")]
+	h.mu.Unlock()
+	if s == nil {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, int64(maxFrame(h.cfg.Session.MaxFrameBytes)))
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
+		return
+	}
+	f, err := wire.Decode(body, h.cfg.Session.MaxFrameBytes)
+	if err != nil {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
+		}
+		websocket.WriteHTTPError(w, we)
+		return
+	}
+	// The session belongs to the identity that opened the stream: a command must prove the
+	// same identity, except a refresh, whose frame carries its own token.
+	if _, isRefresh := f.(*wire.Refresh); !isRefresh {
+		ident, err := h.auth.Authenticate(bearer(r))
+		if err != nil {
+			websocket.WriteHTTPError(w, authError(err))
+			return
+		}
+		owner := s.Identity()
+		if ident.Subject != owner.Subject || ident.Anonymous != owner.Anonymous {
+			websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeForbidden, Message: "this session belongs to another identity"})
+			return
+		}
+	}
+	s.Handle(f)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func maxFrame(n int) int {
+	if n <= 0 {
+		return wire.DefaultMaxFrameBytes
+	}
+	return n
+}
+
+// transport writes frames as SSE events.
+type transport struct {
+	mu      sync.Mutex // serializes writes to w
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	flusher http.Flusher
+	urlSub  string // the URL subscription, whose frames carry event ids
+	buf     []byte
+	once    sync.Once
+	done    chan struct{}
+}
+
+var _ session.Transport = (*transport)(nil)
+
+func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = t.rc.SetWriteDeadline(dl)
+	}
+	b := t.buf[:0]
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.Kind == delivery.KindData && it.Key == t.urlSub && t.urlSub != "":
+			b = append(b, "id: "...)
+			b = append(b, it.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Pos...)
+			b = append(b, '\n')
+		case it.Kind == delivery.KindMarker && it.Marker != nil && it.Marker.Key == t.urlSub && t.urlSub != "":
+			b = append(b, "id: "...)
+			b = append(b, it.Marker.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Marker.Last...)
+			b = append(b, '\n')
+		}
+		b = append(b, "data: "...)
+		b = append(b, it.Head...)
+		b = append(b, it.Body...)
+		b = append(b, "\n\n"...)
+	}
+	t.buf = b
+	if _, err := t.w.Write(b); err != nil {
+		return err
+	}
+	t.flusher.Flush()
+	return nil
+}
+
+func (t *transport) comment(text string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_ = t.rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := t.w.Write([]byte(": " + text + "\n\n")); err != nil {
+		return err
+	}
+	t.flusher.Flush()
+	return nil
+}
+
+// Close ends the stream: SSE has no close codes, so the error frame the session sent before
+// closing is the client's explanation. The handler returns once the session's writer ends.
+func (t *transport) Close(wire.CloseCode, string) {
+	t.once.Do(func() {
+		close(t.done)
+		// Fails a write blocked on a client that stopped reading; safe without mu.
+		_ = t.rc.SetWriteDeadline(time.Now())
+	})
+}

@@ -1,0 +1,310 @@
+// Package websocket serves Herald's protocol over WebSocket: it upgrades the request, reads the
+// connect frame, verifies the token, and then runs one session per connection: this package's
+// reader goroutine feeds the session's frames, the session's writer writes through Transport,
+// and a pinger checks the client is alive.
+//
+// Every goroutine a connection starts ends before ServeHTTP returns.
+package websocket
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// Subprotocol is the WebSocket subprotocol of protocol v1.
+const Subprotocol = "herald.v1"
+
+// Authenticator turns a token ("" for none) into an identity.
+type Authenticator interface {
+	Authenticate(token string) (auth.Identity, error)
+}
+
+// Registry admits and tracks sessions: the server's connection limit and its list of live
+// sessions for shutdown.
+type Registry interface {
+	// Admit reserves a connection slot; ok is false when the node is full.
+	Admit() (release func(), ok bool)
+	// Track records a live session until untrack is called.
+	Track(s *session.Session) (untrack func())
+}
+
+// Config configures the handler. The zero value of each field means its default.
+type Config struct {
+	// ConnectTimeout is how long a client has to send connect after the upgrade. Default 10s.
+	ConnectTimeout time.Duration
+	// PingInterval is how often the server pings; a ping unanswered within the next interval
+	// closes the connection. Default 25s.
+	PingInterval time.Duration
+	Session      session.Config
+	Logger       *slog.Logger
+}
+
+// Handler serves GET /v1/ws.
+type Handler struct {
+	cfg      Config
+	deps     session.Deps
+	auth     Authenticator
+	registry Registry
+	base     context.Context
+	log      *slog.Logger
+}
+
+// New returns the WebSocket handler. base is the server's context: sessions run under it.
+func New(base context.Context, cfg Config, deps session.Deps, a Authenticator, r Registry) *Handler {
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = 25 * time.Second
+	}
+	cfg.Session.PingInterval = cfg.PingInterval
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Session.Logger == nil {
+		cfg.Session.Logger = cfg.Logger
+	}
+	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger}
+}
+
+// offersV1 reports whether the upgrade offers our subprotocol.
+func offersV1(r *http.Request) bool {
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if strings.TrimSpace(p) == Subprotocol {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// upgradeToken is a token carried by the upgrade request itself.
+func upgradeToken(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return r.URL.Query().Get("access_token")
+}
+
+// WriteHTTPError answers a request the server refuses before any stream exists.
+func WriteHTTPError(w http.ResponseWriter, e *wire.Error) {
+	b, err := wire.AppendFrame(nil, e)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"type": "error", "code": string(wire.CodeInternal)})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.StatusCode())
+	_, _ = w.Write(b)
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !offersV1(r) {
+		WriteHTTPError(w, &wire.Error{Code: wire.CodeUnsupportedVersion,
+			Message: "offer the WebSocket subprotocol herald.v1 (Sec-WebSocket-Protocol: herald.v1); this server speaks herald.v1"})
+		return
+	}
+	release, admitted := h.registry.Admit()
+	if admitted {
+		defer release()
+	}
+	// Auth is by token, never by cookie, so a page on another origin gains nothing a token
+	// would not already give it: every origin may connect.
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true})
+	if err != nil {
+		return // Accept has answered the request
+	}
+	t := &transport{c: c}
+	defer t.Close(wire.CloseNormal, "")
+	if !admitted {
+		t.closeWith(&wire.Error{Code: wire.CodeTooManyConnections,
+			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"}, wire.CloseTooManyConnections)
+		return
+	}
+	c.SetReadLimit(int64(h.cfg.Session.MaxFrameBytes))
+	if h.cfg.Session.MaxFrameBytes <= 0 {
+		c.SetReadLimit(wire.DefaultMaxFrameBytes)
+	}
+
+	connect, ok := h.readConnect(t)
+	if !ok {
+		return
+	}
+	token := connect.Token
+	if token == "" {
+		token = upgradeToken(r)
+	}
+	ident, err := h.auth.Authenticate(token)
+	if err != nil {
+		code := wire.CloseAuthFailed
+		if errors.Is(err, auth.ErrExpired) {
+			code = wire.CloseTokenExpired
+		}
+		t.closeWith(session.AuthError(connect.ID, err), code)
+		return
+	}
+	s, err := session.New(h.cfg.Session, h.deps, t, ident)
+	if err != nil {
+		h.log.Error("new session", "error", err)
+		t.closeWith(&wire.Error{ID: connect.ID, Code: wire.CodeInternal, Message: "the server could not open a session"}, wire.CloseInternal)
+		return
+	}
+	untrack := h.registry.Track(s)
+	defer untrack()
+	s.Send(s.Welcome(connect.ID))
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		s.Run(h.base)
+	}()
+	go func() {
+		defer wg.Done()
+		h.ping(s, c)
+	}()
+	h.read(s, c)
+	s.Close(wire.CloseNormal, "")
+	wg.Wait()
+}
+
+// readConnect reads the first frame, which must be connect, within the connect deadline.
+func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
+	ctx, cancel := context.WithTimeout(h.base, h.cfg.ConnectTimeout)
+	defer cancel()
+	typ, b, err := t.c.Read(ctx)
+	if err != nil {
+		if ctx.Err() != nil && h.base.Err() == nil {
+			t.Close(wire.CloseConnectTimeout, "no connect frame within "+h.cfg.ConnectTimeout.String())
+		}
+		return nil, false
+	}
+	if typ != websocket.MessageText {
+		t.closeWith(&wire.Error{Code: wire.CodeBadFrame, Message: "frames are JSON text messages; a binary message is a protocol violation"}, wire.CloseBadFrame)
+		return nil, false
+	}
+	f, err := wire.Decode(b, h.cfg.Session.MaxFrameBytes)
+	if err != nil {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
+		}
+		t.closeWith(we, wire.CloseBadFrame)
+		return nil, false
+	}
+	connect, ok := f.(*wire.Connect)
+	if !ok {
+		t.closeWith(&wire.Error{Code: wire.CodeBadFrame, Field: "type",
+			Message: "the first frame must be connect; send {\"type\":\"connect\",\"id\":\"1\",\"token\":\"...\"} before anything else"}, wire.CloseBadFrame)
+		return nil, false
+	}
+	return connect, true
+}
+
+// read feeds the client's frames to the session until the connection ends.
+func (h *Handler) read(s *session.Session, c *websocket.Conn) {
+	ctx, cancel := context.WithCancel(h.base)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.Closing():
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	for {
+		typ, b, err := c.Read(ctx)
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusMessageTooBig {
+				s.Close(wire.CloseFrameTooLarge, "a message exceeded max_frame_bytes")
+			}
+			return
+		}
+		if typ != websocket.MessageText {
+			s.Fail(&wire.Error{Code: wire.CodeBadFrame, Message: "frames are JSON text messages; a binary message is a protocol violation"}, wire.CloseBadFrame)
+			return
+		}
+		s.HandleFrame(b)
+	}
+}
+
+// ping checks liveness: a ping unanswered within one interval closes the session.
+func (h *Handler) ping(s *session.Session, c *websocket.Conn) {
+	t := time.NewTicker(h.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.Done():
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(h.base, h.cfg.PingInterval)
+			err := c.Ping(ctx)
+			cancel()
+			if err != nil {
+				select {
+				case <-s.Done():
+				default:
+					s.Close(wire.CloseNormal, "no pong within "+h.cfg.PingInterval.String())
+				}
+				return
+			}
+		}
+	}
+}
+
+// transport writes frames as WebSocket text messages.
+type transport struct {
+	c    *websocket.Conn
+	once sync.Once
+}
+
+var _ session.Transport = (*transport)(nil)
+
+func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
+	for i := range items {
+		w, err := t.c.Writer(ctx, websocket.MessageText)
+		if err != nil {
+			return err
+		}
+		if len(items[i].Head) > 0 {
+			if _, err := w.Write(items[i].Head); err != nil {
+				return err
+			}
+		}
+		if _, err := w.Write(items[i].Body); err != nil {
+			return err
+		}
+		if err := w.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *transport) Close(code wire.CloseCode, reason string) {
+	t.once.Do(func() {
+		_ = t.c.Close(websocket.StatusCode(code), wire.CloseReason(code, reason))
+	})
+}
+
+// closeWith sends an error frame, then closes: a client learns why before the close.
+func (t *transport) closeWith(e *wire.Error, code wire.CloseCode) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if b, err := wire.AppendFrame(nil, e); err == nil {
+		_ = t.c.Write(ctx, websocket.MessageText, b)
+	}
+	t.Close(code, e.Message)
+}
