@@ -162,7 +162,11 @@ func (r *reader) start(b []byte, limit int, server bool) *Error {
 	if !utf8.Valid(b) {
 		return &Error{Code: CodeBadFrame, Message: "the frame is not valid UTF-8; send JSON text encoded as UTF-8"}
 	}
-	ms, ok, err := objectMembers(b, r.buf[:0])
+	depth := maxNesting
+	if server {
+		depth = maxServerNesting
+	}
+	ms, ok, err := objectMembers(b, r.buf[:0], depth)
 	if err != nil {
 		return &Error{Code: CodeBadFrame, Err: err, Message: fmt.Sprintf(
 			`the frame is not valid JSON (%v); send one JSON object, like {"type":"ping","id":"1"}`, err)}
@@ -448,7 +452,7 @@ func positionValue(v []byte, name string) (Position, *Error) {
 			`%q must be a position: a string like "16/B374D848" or an object like {"epoch":"k7Hq2x","offset":42}, not %s`,
 			name, jsonKind(v))}
 	}
-	ms, _, err := objectMembers(v, nil)
+	ms, _, err := objectMembers(v, nil, maxServerNesting)
 	if err != nil {
 		return Position{}, &Error{Code: CodeBadFrame, Err: err, Message: fmt.Sprintf("%q: %v", name, err)}
 	}
@@ -560,7 +564,7 @@ func (r *reader) welcome() Frame {
 		r.wrongType("limits", "an object", v, "")
 		return nil
 	}
-	ms, _, _ := objectMembers(v, nil)
+	ms, _, _ := objectMembers(v, nil, maxServerNesting)
 	lr := reader{ms: ms, id: r.id, prefix: "limits."}
 	lr.field("max_frame_bytes", required, `"max_frame_bytes":65536`)
 	lr.field("max_subscriptions", required, `"max_subscriptions":100`)
@@ -629,7 +633,7 @@ func (r *reader) row(name string) change.Row {
 		r.wrongType(name, "an object of columns", v, "")
 		return nil
 	}
-	ms, _, _ := objectMembers(v, nil)
+	ms, _, _ := objectMembers(v, nil, maxServerNesting)
 	row := make(change.Row, len(ms))
 	for i, m := range ms {
 		row[i] = change.Column{Name: string(m.key), Value: appendCompact(make([]byte, 0, len(m.val)), m.val)}
@@ -639,7 +643,7 @@ func (r *reader) row(name string) change.Row {
 
 // arrayElements returns the elements of a scanned, valid JSON array.
 func arrayElements(v []byte) [][]byte {
-	s := scanner{b: v, i: 1}
+	s := scanner{b: v, i: 1, maxDepth: maxServerNesting} // v was validated already
 	var out [][]byte
 	s.ws()
 	if s.i < len(v) && v[s.i] == ']' {

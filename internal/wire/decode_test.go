@@ -260,6 +260,9 @@ func TestDecodeServerFrames(t *testing.T) {
 		{"published", `{"type":"published","id":"7","pos":{"epoch":"e","offset":43}}`, &Published{ID: "7", Pos: ChannelPosition("e", 43)}},
 		{"expiring", `{"type":"expiring","expires_at":"2025-01-02T03:04:05.123Z","expires_in":30}`,
 			&Expiring{ExpiresAt: at, ExpiresIn: 30 * time.Second}},
+		{"server frames nest as deep as a jsonb value may", `{"type":"message","sub":"s","pos":"e:1","channel":"c","data":` +
+			strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`,
+			&Message{Sub: "s", Pos: ChannelPosition("e", 1), Channel: "c", Data: raw(strings.Repeat("[", 1000) + strings.Repeat("]", 1000))}},
 		{"server ids are not held to the client grammar", `{"type":"pong","id":"a b"}`, &Pong{ID: "a b"}},
 	}
 	for _, tt := range tests {

@@ -265,7 +265,7 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 // data, a row value) that is not valid JSON, or a change without its index.
 func checkFrame(f Frame) error {
 	check := func(name string, v []byte) error {
-		if v != nil && !validJSON(v) {
+		if v != nil && !validJSON(v, maxServerNesting) {
 			return fmt.Errorf("wire: %s frame: %s is not valid JSON", f.Type(), name)
 		}
 		return nil
@@ -297,12 +297,13 @@ func checkFrame(f Frame) error {
 	return nil
 }
 
-// validJSON reports whether v is exactly one valid JSON value in valid UTF-8.
-func validJSON(v []byte) bool {
+// validJSON reports whether v is exactly one valid JSON value in valid UTF-8, nested no
+// deeper than maxDepth.
+func validJSON(v []byte, maxDepth int) bool {
 	if !utf8.Valid(v) {
 		return false
 	}
-	s := scanner{b: v}
+	s := scanner{b: v, maxDepth: maxDepth}
 	s.ws()
 	if s.value(0) != nil {
 		return false

@@ -116,7 +116,7 @@ func (p Position) MarshalJSON() ([]byte, error) { return p.AppendJSON(nil), nil 
 // UnmarshalJSON implements json.Unmarshaler. It accepts either JSON form, and a channel
 // position's text form as a string too.
 func (p *Position) UnmarshalJSON(b []byte) error {
-	if !validJSON(b) {
+	if !validJSON(b, maxNesting) {
 		return fmt.Errorf("position: not valid JSON")
 	}
 	b = bytes.TrimSpace(b)

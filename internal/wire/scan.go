@@ -7,10 +7,14 @@ import (
 	"unicode/utf8"
 )
 
-// maxNesting bounds how deeply arrays and objects may nest in a frame. The scanner recurses,
-// so the bound keeps a hostile frame from growing the stack; 128 levels is far more than any
-// filter or payload a person writes.
+// maxNesting bounds how deeply arrays and objects may nest in a client's frame. The scanner
+// recurses, so the bound keeps a hostile frame from growing the stack; 128 levels is far more
+// than any filter or payload a person writes.
 const maxNesting = 128
+
+// maxServerNesting bounds nesting in a server's frame, read by a client: rows carry jsonb
+// values as deep as Postgres allows them. It matches encoding/json's own bound.
+const maxServerNesting = 10000
 
 // member is one member of a JSON object.
 type member struct {
@@ -29,8 +33,20 @@ func (e *syntaxError) Error() string { return fmt.Sprintf("%s at byte %d", e.msg
 // scanner validates JSON text the way RFC 8259 defines it. It does not check UTF-8: the
 // decoder checks the whole frame once before scanning.
 type scanner struct {
-	b []byte
-	i int
+	b        []byte
+	i        int
+	maxDepth int // 0 means maxNesting
+}
+
+func (s *scanner) tooDeep(depth int) error {
+	max := s.maxDepth
+	if max == 0 {
+		max = maxNesting
+	}
+	if depth <= max {
+		return nil
+	}
+	return s.failf("JSON nested deeper than %d levels", max)
 }
 
 func (s *scanner) ws() {
@@ -57,8 +73,9 @@ func (s *scanner) failf(format string, args ...any) error {
 
 // objectMembers reads b as exactly one JSON object, with nothing but whitespace around it, and
 // appends its members to ms in order. ok is false when b is valid JSON but not an object.
-func objectMembers(b []byte, ms []member) (_ []member, ok bool, err error) {
-	s := scanner{b: b}
+// maxDepth bounds nesting; 0 means maxNesting.
+func objectMembers(b []byte, ms []member, maxDepth int) (_ []member, ok bool, err error) {
+	s := scanner{b: b, maxDepth: maxDepth}
 	s.ws()
 	if s.i < len(b) && b[s.i] != '{' {
 		// Still validate, so the error says whether it was JSON at all.
@@ -110,8 +127,8 @@ func objectMembers(b []byte, ms []member) (_ []member, ok bool, err error) {
 
 // object reads and validates an object at s.i ('{') nested depth levels deep.
 func (s *scanner) object(depth int) error {
-	if depth > maxNesting {
-		return s.failf("JSON nested deeper than %d levels", maxNesting)
+	if err := s.tooDeep(depth); err != nil {
+		return err
 	}
 	s.i++
 	s.ws()
@@ -200,8 +217,8 @@ func (s *scanner) value(depth int) error {
 }
 
 func (s *scanner) array(depth int) error {
-	if depth > maxNesting {
-		return s.failf("JSON nested deeper than %d levels", maxNesting)
+	if err := s.tooDeep(depth); err != nil {
+		return err
 	}
 	s.i++
 	s.ws()

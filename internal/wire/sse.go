@@ -87,7 +87,7 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 	}
 	if q.Has("filter") {
 		v := []byte(q.Get("filter"))
-		if !validJSON(v) {
+		if !validJSON(v, maxNesting) {
 			return bad("filter", "the filter parameter must be JSON text, URL-encoded")
 		}
 		f.Filter = appendCompact(nil, v)
