@@ -43,6 +43,9 @@ const (
 	CodeTooManyConnections Code = "too_many_connections"
 	// CodeRateLimited (429): the connection sends requests faster than the server allows.
 	CodeRateLimited Code = "rate_limited"
+	// CodeTooSlow (429): the connection's queue stayed full past the server's limit; the
+	// last event of an SSE stream the server ends for it (on WebSocket, close 4000).
+	CodeTooSlow Code = "too_slow"
 	// CodeBadFilter (400): the subscription's filter does not parse or does not type-check.
 	CodeBadFilter Code = "bad_filter"
 	// CodeUnknownTable (404): Herald does not stream that table (not in its publication).
@@ -79,6 +82,7 @@ var codeStatus = map[Code]int{
 	CodeTooManySubscriptions:  429,
 	CodeTooManyConnections:    429,
 	CodeRateLimited:           429,
+	CodeTooSlow:               429,
 	CodeBadFilter:             400,
 	CodeUnknownTable:          404,
 	CodeUnknownColumn:         400,
@@ -97,7 +101,7 @@ func Codes() []Code {
 		CodeBadFrame, CodeUnknownType, CodeFrameTooLarge, CodeUnsupportedVersion,
 		CodeUnauthorized, CodeTokenExpired, CodeForbidden, CodeNotFound,
 		CodeDuplicateSubscription, CodeTooManySubscriptions, CodeTooManyConnections,
-		CodeRateLimited, CodeBadFilter, CodeUnknownTable, CodeUnknownColumn, CodeBadPosition,
+		CodeRateLimited, CodeTooSlow, CodeBadFilter, CodeUnknownTable, CodeUnknownColumn, CodeBadPosition,
 		CodePublishNotAllowed, CodeNotImplemented, CodePolicyError, CodeInternal, CodeUnavailable,
 	}
 }
