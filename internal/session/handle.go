@@ -85,7 +85,7 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	}
 	// The slot is taken before the hub is asked, so a concurrent subscribe with the same sub
 	// cannot slip in; it is live for Deliver from the moment the hub attaches it.
-	su := &subscription{sub: f.Sub, head: wire.AppendDataHead(nil, wire.FrameMessage, f.Sub), unsubscribe: func() {}}
+	su := &subscription{sub: f.Sub, head: wire.AppendDataHead(nil, wire.FrameMessage, f.Sub), unsubscribe: func() {}, pending: true}
 	s.subs[f.Sub] = su
 	s.mu.Unlock()
 
@@ -106,20 +106,26 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	s.mu.Lock()
 	if s.closed || s.subs[f.Sub] != su {
 		s.mu.Unlock()
+		// Outside mu: a producer delivering holds its own lock while it takes mu.
 		unsubscribe()
 		return nil
 	}
+	defer s.mu.Unlock()
 	su.unsubscribe = unsubscribe
-	s.mu.Unlock()
-
 	pos := head
 	if !f.From.IsZero() {
 		pos = f.From
 	}
+	// Under mu, so nothing of this subscription is queued before these: subscribed, the
+	// resume gap if any, then what arrived while they were being prepared.
 	s.Send(&wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos})
 	if gap := resumeGap(f.Sub, f.From, head); gap != nil {
 		s.Send(gap)
 	}
+	for _, fr := range su.buffered {
+		s.lanes.PushData(fr)
+	}
+	su.buffered, su.pending = nil, false
 	return nil
 }
 

@@ -142,6 +142,12 @@ type subscription struct {
 	sub         string
 	head        []byte // the data frames' per-subscription prefix, encoded once
 	unsubscribe func()
+	// pending is true from the moment the producer attaches the subscription until its
+	// subscribed reply is queued: data delivered meanwhile waits in buffered, so the client
+	// never sees data before subscribed, nor before the resync of a resumed subscription.
+	// Both guarded by the session's mu.
+	pending  bool
+	buffered []delivery.Frame
 }
 
 // New returns a session for an identity the transport has verified.
@@ -234,11 +240,18 @@ func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
 func (s *Session) Deliver(sub string, body []byte, pos wire.Position) {
 	s.mu.Lock()
 	su := s.subs[sub]
-	s.mu.Unlock()
 	if su == nil {
+		s.mu.Unlock()
 		return // unsubscribed while the producer was delivering
 	}
-	s.lanes.PushData(delivery.Frame{Head: su.head, Body: body, Key: sub, Pos: pos.String()})
+	f := delivery.Frame{Head: su.head, Body: body, Key: sub, Pos: pos.String()}
+	if su.pending {
+		su.buffered = append(su.buffered, f)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.lanes.PushData(f)
 	s.delivered.Add(1)
 }
 

@@ -8,7 +8,9 @@
 package sse
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -247,6 +249,14 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 			b = append(b, ' ')
 			b = append(b, it.Marker.Last...)
 			b = append(b, '\n')
+		case it.Kind == delivery.KindControl && t.urlSub != "" && bytes.HasPrefix(it.Body, resyncPrefix):
+			// A resumed subscription's gap goes out as a control frame; its id lets the next
+			// reconnect resume after the gap rather than report it again.
+			if id := resyncEventID(it.Body, t.urlSub); id != "" {
+				b = append(b, "id: "...)
+				b = append(b, id...)
+				b = append(b, '\n')
+			}
 		}
 		b = append(b, "data: "...)
 		b = append(b, it.Head...)
@@ -259,6 +269,20 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 	}
 	t.flusher.Flush()
 	return nil
+}
+
+var resyncPrefix = []byte(`{"type":"resync"`)
+
+// resyncEventID is the event id of a resync frame of the URL subscription, or "".
+func resyncEventID(frame []byte, urlSub string) string {
+	var r struct {
+		Sub  string        `json:"sub"`
+		Last wire.Position `json:"last"`
+	}
+	if json.Unmarshal(frame, &r) != nil || r.Sub != urlSub {
+		return ""
+	}
+	return string(wire.AppendEventID(nil, r.Sub, r.Last))
 }
 
 func (t *transport) comment(text string) error {
