@@ -1,0 +1,84 @@
+// Package channel owns Herald's channels on one node: the grammar of channel names, event names
+// and subscription patterns, each channel's stream of offsets and epochs, and the fan-out of a
+// publication to the subscriptions it matches.
+//
+// # Names and patterns
+//
+// A channel name is a path of 1 to MaxDepth segments, "docs/alice/inbox" (CheckName). A
+// subscription's Pattern is a name whose segments after a literal prefix, its anchor, may be
+// "*" (one segment) or end with "**" (one or more), plus an optional exact event-name filter
+// (ParsePattern). Every refusal is an *Error with a stable Reason.
+//
+// # Dispatch
+//
+// The hub indexes subscriptions by the anchor token of their pattern, and groups the
+// subscriptions of one token by pattern. A publish to "a/b/c" looks up its ancestor tokens, the
+// root "", "a", "a/b" and "a/b/c", one map lookup each, and evaluates the pattern of each group
+// it finds there. So a publish costs O(depth of the name) plus O(candidate groups) plus
+// O(matching subscriptions), whatever the number of subscriptions elsewhere. A pattern
+// anchored at the root ("**", "*/inbox") is a candidate for every publish.
+//
+// # Offsets and epochs
+//
+// Each channel that has state on this node has an epoch, chosen at random when the state is
+// created, and an offset, which the first publication sets to 1 and each publication raises by
+// one. Every publication carries wire.ChannelPosition(epoch, offset). Should the offset reach
+// wire.MaxSafeOffset, the channel takes a new epoch and starts again at 1.
+//
+// A channel's state lives while some subscription holds it: an exact subscription to it, or a
+// subscription that a publish to it has reached, for as long as that subscription's anchor
+// token is watched. When the last subscription under a token goes, the channels that token held
+// and nothing else holds are forgotten; a publish that reaches nobody forgets its channel at
+// once. So the hub holds state only for channels someone on this node receives, not for every
+// channel ever published to.
+//
+// The price is that a forgotten channel's next publication starts a new epoch at offset 1. A
+// client that resumes with a position from the old epoch gets a resync with reason
+// stream_reset rather than a replay; without history there was nothing to replay anyway,
+// and no subscriber could have missed a publication of the old epoch while it held the state.
+// A subscription that keeps receiving from a channel never sees its epoch change, except at
+// wire.MaxSafeOffset.
+//
+// The state is per node: two nodes give the same channel different epochs. Offsets that agree
+// across nodes need a shared store, which is not this package's business.
+//
+// # Concurrency model
+//
+// A Hub is safe for concurrent use. Publish is called by session reader goroutines, HTTP
+// handlers and the bus; Subscribe and the unsubscribe it returns by session goroutines. The hub
+// starts no goroutine: each publication is delivered on its publisher's goroutine, before
+// Publish returns.
+//
+// Locks, and what each guards:
+//
+//   - state.mu, one per channel: its epoch, its offset and its holders. A publish holds it from
+//     assigning the offset to its last Deliver, so publications to one channel reach every
+//     subscriber in offset order. Publications to different channels take different locks and
+//     run in parallel.
+//   - Hub.mu (RWMutex): the subscription index. A publish holds it shared only while it
+//     collects the matching subscriptions into a pooled slice; Subscribe and unsubscribe hold
+//     it exclusively for an O(1) update.
+//   - bucket.chMu: which channels a token's bucket holds. Taken briefly under Hub.mu.
+//   - subscription.mu (RWMutex): whether the subscription is live. Held shared around each
+//     Deliver, exclusively by unsubscribe, so that once unsubscribe returns no Deliver for it is
+//     running or will start.
+//   - Hub.chMu (RWMutex): which channel states exist. Held shared for a lookup, exclusively to
+//     create or forget a state, never across anything else.
+//
+// Lock order: state.mu, then Hub.mu, then bucket.chMu; state.mu, then subscription.mu, then
+// whatever Deliver takes (the connection's delivery.Lanes lock); state.mu, then Hub.chMu.
+// Hub.mu and Hub.chMu are never held together, and unsubscribe takes Hub.mu, subscription.mu
+// and each state.mu one after the other, never nested.
+//
+// Deliver runs under state.mu and subscription.mu, which is why it must not block and must not
+// call back into the hub. That is not I/O under a lock: the session's Deliver is
+// delivery.Lanes.PushData, O(1) work under the connection's own lock that never waits for the
+// socket. A slow client's lane overflows into a resync marker instead of holding the publisher,
+// so the channel lock is held for O(matching subscriptions) memory work and no longer.
+//
+// # Lifecycle
+//
+// New returns an empty hub. There is nothing to close: it owns no goroutine, and a hub nobody
+// references is collected with its state. A subscription ends with its unsubscribe function;
+// the session calls it for each subscription when the connection goes.
+package channel
