@@ -1,0 +1,225 @@
+package config
+
+import (
+	"slices"
+	"time"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/changefeed"
+	"github.com/heraldrt/herald/internal/delivery"
+)
+
+// Config is everything `herald serve` is configured with. Each field's yaml tag is its key; the
+// environment variable is derived from it (see the package doc). A field tagged secret:"value"
+// holds a secret, and secret:"url" a database URL whose password is one: neither is ever quoted
+// in an Error or shown by Redacted.
+//
+// The section fields that a conversion method shares a name with carry a Section suffix:
+// Auth() and Changefeed() return the auth and changefeed packages' Configs.
+type Config struct {
+	// Listen is the host:port the HTTP server binds. Loopback by default: a development default
+	// must not expose itself to the network. ":8080" binds every interface.
+	Listen string `yaml:"listen"`
+	// PublicURL is how clients reach this node (http, https, ws or wss), used in printed examples
+	// and links. Empty means derived from Listen.
+	PublicURL string `yaml:"public_url"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+	// LogFormat is text or json.
+	LogFormat string `yaml:"log_format"`
+	// ShutdownTimeout is how long a SIGTERM waits for connections to drain before closing them.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	AuthSection       AuthSection       `yaml:"auth"`
+	API               APISection        `yaml:"api"`
+	Channels          ChannelsSection   `yaml:"channels"`
+	Limits            LimitsSection     `yaml:"limits"`
+	ChangefeedSection ChangefeedSection `yaml:"changefeed"`
+
+	// sources maps a key to where Load found its value ("herald.yaml:14", "env HERALD_LISTEN"),
+	// so a Validate error can say which of the file and the environment to change. Written by
+	// Load only, read-only after: copies may share it.
+	sources map[string]string
+}
+
+// AuthSection configures token verification: the auth.* keys. See auth.Config for each rule.
+type AuthSection struct {
+	// Secrets are HS256/384/512 shared secrets, at least 32 bytes each. Several may be listed to
+	// rotate. Prefer HERALD_AUTH_SECRETS to the file.
+	Secrets []string `yaml:"secrets" secret:"value"`
+	// PublicKeys are PEM public keys (RSA, EC), as PEM text or paths of PEM files.
+	PublicKeys []string `yaml:"public_keys"`
+	// JWKSFile is the path of a JSON Web Key Set file.
+	JWKSFile string `yaml:"jwks_file"`
+	// Issuer, when set, must equal each token's iss claim.
+	Issuer string `yaml:"issuer"`
+	// Audience, when set, must be one of each token's aud values.
+	Audience string `yaml:"audience"`
+	// Leeway is the clock skew allowed on exp, nbf and iat. 0s means none; at most 5m.
+	Leeway time.Duration `yaml:"leeway"`
+	// AllowAnonymous lets a connection without a token in, with the anonymous identity.
+	AllowAnonymous bool `yaml:"allow_anonymous"`
+	// AllowNoExpiry accepts tokens without an exp claim.
+	AllowNoExpiry bool `yaml:"allow_no_expiry"`
+}
+
+// APISection configures the HTTP publish API: the api.* keys.
+type APISection struct {
+	// Keys are the bearer keys of the HTTP publish API (Authorization: Bearer <key>), at least
+	// 16 bytes each. Empty turns the API off. Prefer HERALD_API_KEYS to the file.
+	Keys []string `yaml:"keys" secret:"value"`
+}
+
+// ChannelsSection configures pub/sub channels: the channels.* keys.
+type ChannelsSection struct {
+	// ClientPublish lets clients publish over their socket, not only the server's API.
+	ClientPublish bool `yaml:"client_publish"`
+}
+
+// LimitsSection bounds what one node and one connection may use: the limits.* keys.
+type LimitsSection struct {
+	// MaxConnections is the most client connections this node holds at once.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxSubscriptions is the most subscriptions one connection holds; past it a subscribe is
+	// refused (429).
+	MaxSubscriptions int `yaml:"max_subscriptions"`
+	// MaxFrameBytes is the largest frame a client may send.
+	MaxFrameBytes Size `yaml:"max_frame_bytes"`
+	// MaxPublishBytes is the largest payload of one publish, by a client or the API.
+	MaxPublishBytes Size `yaml:"max_publish_bytes"`
+	// DataLaneFrames and DataLaneBytes bound one connection's queue of changes and publications.
+	DataLaneFrames int  `yaml:"data_lane_frames"`
+	DataLaneBytes  Size `yaml:"data_lane_bytes"`
+	// ControlLaneFrames and ControlLaneBytes bound one connection's queue of replies.
+	ControlLaneFrames int  `yaml:"control_lane_frames"`
+	ControlLaneBytes  Size `yaml:"control_lane_bytes"`
+	// SlowTimeout closes a connection ("too slow") whose data lane has been stalled this long.
+	SlowTimeout time.Duration `yaml:"slow_timeout"`
+	// HandshakeTimeout is how long a client has to send connect after the upgrade.
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// PingInterval is the server's ping period; a client silent for two of them is closed.
+	PingInterval time.Duration `yaml:"ping_interval"`
+}
+
+// ChangefeedSection configures the Postgres changefeed: the changefeed.* keys. The changefeed is
+// off when DatabaseURL is empty. See changefeed.Config for each field.
+type ChangefeedSection struct {
+	// DatabaseURL is the postgres:// URL (or key=value string) of the database to stream.
+	DatabaseURL string `yaml:"database_url" secret:"url"`
+	// Slot is the logical replication slot's name.
+	Slot string `yaml:"slot"`
+	// Publication is the publication's name.
+	Publication string `yaml:"publication"`
+	// Tables are the schema.table names to stream; empty means every table of the publication.
+	Tables []string `yaml:"tables"`
+	// FullIdentityTables must be REPLICA IDENTITY FULL.
+	FullIdentityTables []string `yaml:"full_identity_tables"`
+	// TenantColumn names the column whose value becomes each event's tenant.
+	TenantColumn string `yaml:"tenant_column"`
+	// WriteTagPrefix is the logical message prefix that tags a transaction.
+	WriteTagPrefix string `yaml:"write_tag_prefix"`
+	// MessagePrefixes are the logical message prefixes handed on as events; "*" for all.
+	MessagePrefixes []string `yaml:"message_prefixes"`
+	// StatusInterval is the standby status update period.
+	StatusInterval time.Duration `yaml:"status_interval"`
+	// SilenceTimeout abandons a replication connection silent this long.
+	SilenceTimeout time.Duration `yaml:"silence_timeout"`
+	// MaxTxnBytes is the most memory one transaction's events may take; larger transactions
+	// are handed on as overflows.
+	MaxTxnBytes Size `yaml:"max_txn_bytes"`
+	// QueueTxns bounds the committed transactions waiting to be delivered.
+	QueueTxns int `yaml:"queue_txns"`
+}
+
+// Default returns the configuration of a single node with every default set: in-memory stores,
+// no Redis, no database, listening on loopback. It does not pass Validate on its own: a server
+// needs auth keys, or auth.allow_anonymous.
+func Default() *Config {
+	return &Config{
+		Listen:          "127.0.0.1:8080",
+		LogLevel:        "info",
+		LogFormat:       "text",
+		ShutdownTimeout: 10 * time.Second,
+		AuthSection: AuthSection{
+			Leeway: auth.DefaultLeeway,
+		},
+		Limits: LimitsSection{
+			MaxConnections:    10000,
+			MaxSubscriptions:  100,
+			MaxFrameBytes:     64 * KiB,
+			MaxPublishBytes:   64 * KiB,
+			DataLaneFrames:    delivery.DefaultMaxDataFrames,
+			DataLaneBytes:     delivery.DefaultMaxDataBytes,
+			ControlLaneFrames: delivery.DefaultMaxControlFrames,
+			ControlLaneBytes:  delivery.DefaultMaxControlBytes,
+			SlowTimeout:       10 * time.Second,
+			HandshakeTimeout:  10 * time.Second,
+			PingInterval:      25 * time.Second,
+		},
+		ChangefeedSection: ChangefeedSection{
+			Slot:           "herald",
+			Publication:    "herald",
+			WriteTagPrefix: "herald.write",
+			StatusInterval: 10 * time.Second,
+			SilenceTimeout: 30 * time.Second,
+			MaxTxnBytes:    256 * MiB,
+			QueueTxns:      64,
+		},
+	}
+}
+
+// ChangefeedEnabled reports whether a database is configured to stream from.
+func (c *Config) ChangefeedEnabled() bool { return c.ChangefeedSection.DatabaseURL != "" }
+
+// Changefeed returns the changefeed's Config. The caller sets Logger and OnEnd; fields without a
+// key (leader poll, backoff) keep changefeed's defaults.
+func (c *Config) Changefeed() changefeed.Config {
+	s := c.ChangefeedSection
+	return changefeed.Config{
+		DatabaseURL:        s.DatabaseURL,
+		Slot:               s.Slot,
+		Publication:        s.Publication,
+		Tables:             slices.Clone(s.Tables),
+		FullIdentityTables: slices.Clone(s.FullIdentityTables),
+		TenantColumn:       s.TenantColumn,
+		WriteTagPrefix:     s.WriteTagPrefix,
+		MessagePrefixes:    slices.Clone(s.MessagePrefixes),
+		StatusInterval:     s.StatusInterval,
+		SilenceTimeout:     s.SilenceTimeout,
+		MaxTxnBytes:        int(s.MaxTxnBytes),
+		QueueTxns:          s.QueueTxns,
+	}
+}
+
+// Auth returns the token verifier's Config.
+func (c *Config) Auth() auth.Config {
+	s := c.AuthSection
+	leeway := s.Leeway
+	if leeway == 0 {
+		// In the file 0s means no skew; in auth.Config zero means the default and a negative
+		// value means none.
+		leeway = -1
+	}
+	return auth.Config{
+		Secrets:        slices.Clone(s.Secrets),
+		PublicKeys:     slices.Clone(s.PublicKeys),
+		JWKSFile:       s.JWKSFile,
+		Issuer:         s.Issuer,
+		Audience:       s.Audience,
+		Leeway:         leeway,
+		AllowNoExpiry:  s.AllowNoExpiry,
+		AllowAnonymous: s.AllowAnonymous,
+	}
+}
+
+// Lanes returns the per-connection delivery lanes' Config. EncodeMarker is left nil: the server
+// fills it from the wire package. The batch bounds have no key and keep delivery's defaults.
+func (c *Config) Lanes() delivery.Config {
+	l := c.Limits
+	return delivery.Config{
+		MaxDataFrames:    l.DataLaneFrames,
+		MaxDataBytes:     int(l.DataLaneBytes),
+		MaxControlFrames: l.ControlLaneFrames,
+		MaxControlBytes:  int(l.ControlLaneBytes),
+	}
+}

@@ -1,0 +1,345 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestLoadNoFileIsDefault(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+		want func(*Config)
+	}{
+		{"anonymous", []string{anonymousEnv}, func(c *Config) { c.AuthSection.AllowAnonymous = true }},
+		{"secret", []string{secretFromEnv}, func(c *Config) { c.AuthSection.Secrets = []string{testSecret} }},
+		{"other variables are ignored", []string{"PATH=/bin", "HOME=/root", "DATABASE_URL=x", anonymousEnv},
+			func(c *Config) { c.AuthSection.AllowAnonymous = true }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Load("", tt.env)
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			want := Default()
+			tt.want(want)
+			if d := diffConfig(want, got); d != "" {
+				t.Errorf("Load(\"\") mismatch (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestLoadNoAuthIsRefused(t *testing.T) {
+	_, err := Load("", nil)
+	e := asError(t, err)
+	if e.Key != "auth" {
+		t.Errorf("Key = %q, want auth", e.Key)
+	}
+	for _, want := range []string{"auth.secrets", "HERALD_AUTH_SECRETS", "allow_anonymous: true", "HERALD_AUTH_ALLOW_ANONYMOUS=true"} {
+		if !strings.Contains(e.Fix, want) {
+			t.Errorf("Fix %q does not mention %q", e.Fix, want)
+		}
+	}
+}
+
+// fullFile sets every key to a value other than its default.
+const fullFile = `
+listen: "0.0.0.0:9090"
+public_url: https://rt.example.com
+log_level: debug
+log_format: json
+shutdown_timeout: 1m30s
+auth:
+  secrets: [` + testSecret + `, ` + testSecret2 + `]
+  public_keys:
+    - /etc/herald/a.pem
+    - /etc/herald/b.pem
+  jwks_file: /etc/herald/jwks.json
+  issuer: https://auth.example.com/
+  audience: herald
+  leeway: 0s
+  allow_anonymous: true
+  allow_no_expiry: true
+api:
+  keys: [` + testAPIKey + `]
+channels:
+  client_publish: true
+limits:
+  max_connections: 500
+  max_subscriptions: 7
+  max_frame_bytes: 32KiB
+  max_publish_bytes: 16384
+  data_lane_frames: 10
+  data_lane_bytes: 1MiB
+  control_lane_frames: 20
+  control_lane_bytes: 128KiB
+  slow_timeout: 3s
+  handshake_timeout: 4s
+  ping_interval: 5s
+changefeed:
+  database_url: ` + testDBURL + `
+  slot: herald_main
+  publication: herald_pub
+  tables: [items, public.orders]
+  full_identity_tables: [public.items]
+  tenant_column: org_id
+  write_tag_prefix: app.write
+  message_prefixes: ["*"]
+  status_interval: 5s
+  silence_timeout: 20s
+  max_txn_bytes: 1GiB
+  queue_txns: 8
+`
+
+func fullConfig() *Config {
+	return &Config{
+		Listen:          "0.0.0.0:9090",
+		PublicURL:       "https://rt.example.com",
+		LogLevel:        "debug",
+		LogFormat:       "json",
+		ShutdownTimeout: 90 * time.Second,
+		AuthSection: AuthSection{
+			Secrets:        []string{testSecret, testSecret2},
+			PublicKeys:     []string{"/etc/herald/a.pem", "/etc/herald/b.pem"},
+			JWKSFile:       "/etc/herald/jwks.json",
+			Issuer:         "https://auth.example.com/",
+			Audience:       "herald",
+			Leeway:         0,
+			AllowAnonymous: true,
+			AllowNoExpiry:  true,
+		},
+		API:      APISection{Keys: []string{testAPIKey}},
+		Channels: ChannelsSection{ClientPublish: true},
+		Limits: LimitsSection{
+			MaxConnections: 500, MaxSubscriptions: 7,
+			MaxFrameBytes: 32 * KiB, MaxPublishBytes: 16 * KiB,
+			DataLaneFrames: 10, DataLaneBytes: MiB,
+			ControlLaneFrames: 20, ControlLaneBytes: 128 * KiB,
+			SlowTimeout: 3 * time.Second, HandshakeTimeout: 4 * time.Second, PingInterval: 5 * time.Second,
+		},
+		ChangefeedSection: ChangefeedSection{
+			DatabaseURL:        testDBURL,
+			Slot:               "herald_main",
+			Publication:        "herald_pub",
+			Tables:             []string{"items", "public.orders"},
+			FullIdentityTables: []string{"public.items"},
+			TenantColumn:       "org_id",
+			WriteTagPrefix:     "app.write",
+			MessagePrefixes:    []string{"*"},
+			StatusInterval:     5 * time.Second,
+			SilenceTimeout:     20 * time.Second,
+			MaxTxnBytes:        GiB,
+			QueueTxns:          8,
+		},
+	}
+}
+
+func TestLoadFullFileRoundTrips(t *testing.T) {
+	got, err := Load(writeConfig(t, fullFile), nil)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if d := diffConfig(fullConfig(), got); d != "" {
+		t.Fatalf("Load(full file) mismatch (-want +got):\n%s", d)
+	}
+	// Every key differs from its default, so the test above covers every key's decoding.
+	def := Default()
+	for _, k := range Keys() {
+		if k.Format(got) == k.Format(def) {
+			t.Errorf("the full file leaves %s at its default %q; give it another value", k.Name, k.Format(def))
+		}
+		if src := got.source(k.Name); !strings.Contains(src, "herald.yaml:") {
+			t.Errorf("source of %s = %q, want herald.yaml:<line>", k.Name, src)
+		}
+	}
+
+	// Marshalled back to YAML it reads the same: Size and Duration print in their units.
+	out, err := yaml.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Load(writeConfig(t, string(out)), nil)
+	if err != nil {
+		t.Fatalf("Load(marshalled): %v\n%s", err, out)
+	}
+	if d := diffConfig(got, again); d != "" {
+		t.Errorf("marshal round trip mismatch (-want +got):\n%s\n%s", d, out)
+	}
+	for _, want := range []string{"max_txn_bytes: 1GiB", "shutdown_timeout: 1m30s", "max_frame_bytes: 32KiB"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("marshalled config lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestLoadEmptyFiles(t *testing.T) {
+	for _, tt := range []struct{ name, body string }{
+		{"empty", ""},
+		{"comments only", "# nothing here\n\n# at all\n"},
+		{"null document", "~\n"},
+		{"explicit document", "---\n"},
+		{"null sections and keys", "auth:\nlimits: ~\nlisten:\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Load(writeConfig(t, tt.body), []string{anonymousEnv})
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			want := Default()
+			want.AuthSection.AllowAnonymous = true
+			if d := diffConfig(want, got); d != "" {
+				t.Errorf("mismatch (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestEnvOverridesFile(t *testing.T) {
+	path := writeConfig(t, `
+listen: 127.0.0.1:9000
+log_level: debug
+auth:
+  secrets: [`+testSecret+`]
+limits:
+  max_connections: 50
+  data_lane_bytes: 8MiB
+changefeed:
+  tables: [a, b]
+`)
+	env := []string{
+		"HERALD_LISTEN=:8443",
+		"HERALD_LIMITS_MAX_CONNECTIONS=75",
+		"HERALD_CHANGEFEED_DATABASE_URL=" + testDBURL,
+		"HERALD_CHANGEFEED_TABLES= public.c ,, public.d,",
+		"HERALD_AUTH_SECRETS=" + testSecret2 + "," + testSecret,
+		"HERALD_LOG_LEVEL=", // empty: unset, the file's value stays
+	}
+	got, err := Load(path, env)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	want := Default()
+	want.Listen = ":8443"
+	want.LogLevel = "debug"
+	want.AuthSection.Secrets = []string{testSecret2, testSecret}
+	want.Limits.MaxConnections = 75
+	want.Limits.DataLaneBytes = 8 * MiB
+	want.ChangefeedSection.DatabaseURL = testDBURL
+	want.ChangefeedSection.Tables = []string{"public.c", "public.d"}
+	if d := diffConfig(want, got); d != "" {
+		t.Errorf("mismatch (-want +got):\n%s", d)
+	}
+	for key, src := range map[string]string{
+		"listen":                 "env HERALD_LISTEN",
+		"log_level":              "herald.yaml:3",
+		"limits.max_connections": "env HERALD_LIMITS_MAX_CONNECTIONS",
+		"limits.data_lane_bytes": "herald.yaml:8",
+		"changefeed.tables":      "env HERALD_CHANGEFEED_TABLES",
+	} {
+		if got := got.source(key); !strings.HasSuffix(got, src) {
+			t.Errorf("source(%s) = %q, want …%s", key, got, src)
+		}
+	}
+}
+
+func TestEnvValues(t *testing.T) {
+	tests := []struct {
+		name string
+		env  string
+		want func(*Config)
+	}{
+		{"list", "HERALD_AUTH_PUBLIC_KEYS=/a.pem,/b.pem", func(c *Config) { c.AuthSection.PublicKeys = []string{"/a.pem", "/b.pem"} }},
+		{"list spaces and empties", "HERALD_AUTH_PUBLIC_KEYS= /a.pem , ,/b.pem ", func(c *Config) { c.AuthSection.PublicKeys = []string{"/a.pem", "/b.pem"} }},
+		{"list of commas only", "HERALD_AUTH_PUBLIC_KEYS=,,", func(c *Config) {}},
+		{"size bytes", "HERALD_LIMITS_MAX_FRAME_BYTES=65536", func(c *Config) {}},
+		{"size KiB", "HERALD_LIMITS_MAX_FRAME_BYTES=16KiB", func(c *Config) { c.Limits.MaxFrameBytes = 16 * KiB }},
+		{"size MiB lower case", "HERALD_LIMITS_DATA_LANE_BYTES=8mib", func(c *Config) { c.Limits.DataLaneBytes = 8 * MiB }},
+		{"size with space", "HERALD_LIMITS_DATA_LANE_BYTES=2 MiB", func(c *Config) { c.Limits.DataLaneBytes = 2 * MiB }},
+		{"duration", "HERALD_LIMITS_PING_INTERVAL=1m30s", func(c *Config) { c.Limits.PingInterval = 90 * time.Second }},
+		{"duration ms", "HERALD_SHUTDOWN_TIMEOUT=1500ms", func(c *Config) { c.ShutdownTimeout = 1500 * time.Millisecond }},
+		{"zero leeway", "HERALD_AUTH_LEEWAY=0", func(c *Config) { c.AuthSection.Leeway = 0 }},
+		{"bool true", "HERALD_CHANNELS_CLIENT_PUBLISH=true", func(c *Config) { c.Channels.ClientPublish = true }},
+		{"bool 1", "HERALD_CHANNELS_CLIENT_PUBLISH=1", func(c *Config) { c.Channels.ClientPublish = true }},
+		{"bool FALSE", "HERALD_AUTH_ALLOW_NO_EXPIRY=FALSE", func(c *Config) {}},
+		{"int", "HERALD_LIMITS_MAX_SUBSCRIPTIONS=250", func(c *Config) { c.Limits.MaxSubscriptions = 250 }},
+		{"string with =", "HERALD_AUTH_AUDIENCE=a=b", func(c *Config) { c.AuthSection.Audience = "a=b" }},
+		{"alias of the database URL", "HERALD_DATABASE_URL=" + testDBURL, func(c *Config) { c.ChangefeedSection.DatabaseURL = testDBURL }},
+		{"test variables are left alone", "HERALD_TEST_DATABASE_URL=postgres://x", func(c *Config) {}},
+		{"testenv variables are left alone", "HERALD_TESTENV_PGPORT=1", func(c *Config) {}},
+		{"demo variables are left alone", "HERALD_DEMO_DIR=/tmp/d", func(c *Config) {}},
+		{"the bare test prefix is left alone", "HERALD_TEST=1", func(c *Config) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Load("", []string{secretFromEnv, tt.env})
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			want := Default()
+			want.AuthSection.Secrets = []string{testSecret}
+			tt.want(want)
+			if d := diffConfig(want, got); d != "" {
+				t.Errorf("mismatch (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestDatabaseURLAlias(t *testing.T) {
+	other := "postgres://herald@other:5432/app?sslmode=verify-full"
+	tests := []struct {
+		name    string
+		env     []string
+		want    string
+		wantErr bool
+	}{
+		{"own variable", []string{"HERALD_CHANGEFEED_DATABASE_URL=" + other}, other, false},
+		{"alias", []string{"HERALD_DATABASE_URL=" + testDBURL}, testDBURL, false},
+		{"both the same", []string{"HERALD_DATABASE_URL=" + testDBURL, "HERALD_CHANGEFEED_DATABASE_URL=" + testDBURL}, testDBURL, false},
+		{"alias empty", []string{"HERALD_DATABASE_URL=", "HERALD_CHANGEFEED_DATABASE_URL=" + other}, other, false},
+		{"both different", []string{"HERALD_DATABASE_URL=" + testDBURL, "HERALD_CHANGEFEED_DATABASE_URL=" + other}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Load("", append([]string{anonymousEnv}, tt.env...))
+			if tt.wantErr {
+				e := asError(t, err)
+				if e.Key != "changefeed.database_url" || !strings.Contains(e.Detail, "HERALD_DATABASE_URL") {
+					t.Errorf("got %v, want an error about both variables", e)
+				}
+				checkNoSecrets(t, "error", e.Error())
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got.ChangefeedSection.DatabaseURL != tt.want {
+				t.Errorf("database_url = %q, want %q", got.ChangefeedSection.DatabaseURL, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadFileErrors(t *testing.T) {
+	t.Run("missing file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "nope.yaml")
+		e := asError(t, func() error { _, err := Load(path, nil); return err }())
+		if e.Source != path || !os.IsNotExist(e.Err) || e.Fix == "" {
+			t.Errorf("got %#v, want a not-exist error naming %s with a fix", e, path)
+		}
+	})
+	t.Run("too large", func(t *testing.T) {
+		path := writeConfig(t, "# "+strings.Repeat("x", maxFileBytes)+"\n")
+		e := asError(t, func() error { _, err := Load(path, nil); return err }())
+		if !strings.Contains(e.Detail, "larger than 1MiB") {
+			t.Errorf("Detail = %q, want it to say the file is too large", e.Detail)
+		}
+	})
+}

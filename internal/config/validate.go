@@ -1,0 +1,243 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/changefeed"
+)
+
+// MinAPIKeyBytes is the shortest api.keys entry accepted: 128 bits, beyond guessing by anyone
+// who can reach the publish API.
+const MinAPIKeyBytes = 16
+
+var (
+	logLevels  = []string{"debug", "info", "warn", "error"}
+	logFormats = []string{"text", "json"}
+)
+
+// Validate reports the first thing wrong with the configuration, as an *Error. Each section
+// is checked in file order; auth and changefeed settings are checked by those packages'
+// Validate, and their errors carried over with the key and variable to change.
+func (c *Config) Validate() error {
+	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChangefeed} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bad builds the error for key, with where its value came from.
+func (c *Config) bad(key, detail, fix string) *Error {
+	return &Error{Stage: stage, Key: key, Source: c.source(key), Detail: detail, Fix: fix}
+}
+
+func mustKey(name string) Key {
+	k, ok := keyNamed(name)
+	if !ok {
+		panic("config: no key " + name)
+	}
+	return k
+}
+
+// checkPositive refuses a zero or negative number, size or duration for every key but
+// auth.leeway (where 0s means no skew). Nothing else here has a meaning for zero, and a zero
+// limit would refuse everything while looking like "unlimited".
+func (c *Config) checkPositive() error {
+	for _, k := range keys() {
+		if k.Name == "auth.leeway" {
+			continue
+		}
+		switch k.typ {
+		case typInt, typSize, typDuration:
+			if k.field(c).Int() > 0 {
+				continue
+			}
+			return c.bad(k.Name, fmt.Sprintf("is %s, want more than zero", k.Format(c)), k.fix(wantFor(k)+" above zero", exampleFor(k)))
+		}
+	}
+	return nil
+}
+
+func (c *Config) checkServer() error {
+	k := mustKey("listen")
+	_, port, err := net.SplitHostPort(c.Listen)
+	if p, perr := strconv.Atoi(port); err == nil && (perr != nil || p < 0 || p > 65535) {
+		err = errors.New("bad port")
+	}
+	if err != nil {
+		return c.bad(k.Name, fmt.Sprintf("is %q, want host:port with a port number (an empty host, as in :8080, means every interface)", c.Listen),
+			k.fix("host:port", "127.0.0.1:8080"))
+	}
+	if c.PublicURL != "" {
+		k := mustKey("public_url")
+		// The value is not quoted: a URL pasted with credentials in it would be echoed.
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || u.Host == "" || !slices.Contains([]string{"http", "https", "ws", "wss"}, u.Scheme) {
+			return c.bad(k.Name, "is not an absolute http, https, ws or wss URL with a host", k.fix("the URL clients connect to", exampleFor(k)))
+		}
+		if u.User != nil {
+			return c.bad(k.Name, "holds a user or password; it is printed in examples for clients", k.fix("the URL without credentials", exampleFor(k)))
+		}
+	}
+	if !slices.Contains(logLevels, c.LogLevel) {
+		k := mustKey("log_level")
+		return c.bad(k.Name, fmt.Sprintf("is %q, want one of %s", c.LogLevel, strings.Join(logLevels, ", ")), k.fix("one of "+strings.Join(logLevels, ", "), "info"))
+	}
+	if !slices.Contains(logFormats, c.LogFormat) {
+		k := mustKey("log_format")
+		return c.bad(k.Name, fmt.Sprintf("is %q, want one of %s", c.LogFormat, strings.Join(logFormats, ", ")), k.fix("text or json", "json"))
+	}
+	return nil
+}
+
+func (c *Config) checkAuth() error {
+	a := c.AuthSection
+	if a.Leeway < 0 {
+		k := mustKey("auth.leeway")
+		return c.bad(k.Name, fmt.Sprintf("is %s, want 0s (no clock skew allowed) or more", a.Leeway), k.fix("a duration of 0s to 5m", "30s"))
+	}
+	if len(a.Secrets) == 0 && len(a.PublicKeys) == 0 && a.JWKSFile == "" && !a.AllowAnonymous {
+		// auth.Validate refuses this too; the rule is stated here so the fix names this
+		// package's variables.
+		return &Error{Stage: stage, Key: "auth",
+			Detail: "nothing to verify tokens with: auth.secrets, auth.public_keys and auth.jwks_file are all empty, " +
+				"and auth.allow_anonymous is false, so no client could ever connect",
+			Fix: "set auth.secrets to your token issuer's HS256 secret (env HERALD_AUTH_SECRETS, e.g. " +
+				"HERALD_AUTH_SECRETS=\"$(openssl rand -base64 48)\", the same secret at the issuer), or auth.public_keys " +
+				"(HERALD_AUTH_PUBLIC_KEYS) or auth.jwks_file (HERALD_AUTH_JWKS_FILE) to its public keys; or, to let " +
+				"clients in without a token, set auth: {allow_anonymous: true} in the config file or HERALD_AUTH_ALLOW_ANONYMOUS=true"}
+	}
+	if err := c.Auth().Validate(); err != nil {
+		var ae *auth.ConfigError
+		if !errors.As(err, &ae) {
+			return &Error{Stage: stage, Key: "auth", Detail: err.Error(), Err: err}
+		}
+		return c.carried(ae.Key, ae.Detail, ae.Fix, err)
+	}
+	return nil
+}
+
+// carried wraps another package's config error about key, adding where the value came from
+// and the variable that sets it.
+func (c *Config) carried(key, detail, fix string, err error) *Error {
+	e := c.bad(key, detail, fix)
+	e.Err = err
+	if k, ok := keyNamed(key); ok && !strings.Contains(fix, k.Env) {
+		if e.Fix != "" {
+			e.Fix += "; "
+		}
+		e.Fix += fmt.Sprintf("%s is set in the config file or with %s", k.Name, k.Env)
+	}
+	return e
+}
+
+func (c *Config) checkAPI() error {
+	k := mustKey("api.keys")
+	fix := fmt.Sprintf("generate each key with: openssl rand -base64 24, and list them in %s (comma-separated) or api.keys", k.Env)
+	for i, key := range c.API.Keys {
+		name := fmt.Sprintf("%s[%d]", k.Name, i)
+		switch {
+		case len(key) < MinAPIKeyBytes:
+			return c.bad(name, fmt.Sprintf("is %d bytes; an API key needs at least %d, or it can be guessed", len(key), MinAPIKeyBytes), fix)
+		case strings.TrimSpace(key) != key:
+			return c.bad(name, "begins or ends with whitespace (often a trailing newline from a file), which clients almost certainly do not send", "remove the surrounding whitespace from the key")
+		case slices.Contains(c.AuthSection.Secrets, key):
+			// A publish key travels in request headers, where proxies and logs can see it; a
+			// token secret that did so could be used to sign tokens for anyone.
+			return c.bad(name, "is also one of auth.secrets: whoever sees the API key in a request could sign tokens with it", fix)
+		}
+	}
+	return nil
+}
+
+func (c *Config) checkLimits() error {
+	l := c.Limits
+	frame := mustKey("limits.max_frame_bytes")
+	for _, lane := range []struct {
+		key   string
+		bytes Size
+		min   Size
+		why   string
+	}{
+		{"limits.data_lane_bytes", l.DataLaneBytes, max(l.MaxFrameBytes, l.MaxPublishBytes),
+			"limits.max_frame_bytes and limits.max_publish_bytes: a frame or publish larger than the lane could never be delivered"},
+		{"limits.control_lane_bytes", l.ControlLaneBytes, l.MaxFrameBytes,
+			"limits.max_frame_bytes: a reply to a frame that size could not be queued"},
+	} {
+		if lane.bytes < lane.min {
+			k := mustKey(lane.key)
+			return c.bad(k.Name, fmt.Sprintf("is %s, below %s of %s", lane.bytes, lane.why, lane.min),
+				k.fix("at least "+lane.min.String(), exampleFor(k))+fmt.Sprintf(", or lower %s (%s)", frame.Name, frame.Env))
+		}
+	}
+	return nil
+}
+
+// probeURL stands in for the database URL when one changefeed setting is checked on its own.
+// sslmode is set so that parsing it reads no environment; nothing connects to it.
+const probeURL = "postgres://herald@localhost:5432/herald?sslmode=verify-full"
+
+func (c *Config) checkChangefeed() error {
+	s := c.ChangefeedSection
+	url := mustKey("changefeed.database_url")
+	if s.DatabaseURL == "" {
+		// A changefeed setting without a database is most often a database URL that was
+		// meant to come from the environment and did not: the server would start, and no
+		// client would ever see a change.
+		def := Default()
+		for _, k := range keys() {
+			if strings.HasPrefix(k.Name, "changefeed.") && !reflect.DeepEqual(k.field(c).Interface(), k.field(def).Interface()) {
+				return c.bad(k.Name, "is set, but changefeed.database_url is empty, so the changefeed is off and this has no effect",
+					url.fix("the database to stream", exampleFor(url))+fmt.Sprintf(", or remove %s to run without a changefeed", k.Name))
+			}
+		}
+		return nil
+	}
+	if s.SilenceTimeout <= s.StatusInterval {
+		k := mustKey("changefeed.silence_timeout")
+		return c.bad(k.Name, fmt.Sprintf("is %s, not longer than changefeed.status_interval (%s): the server would be taken for silent between two status updates", s.SilenceTimeout, s.StatusInterval),
+			k.fix("at least 3 times changefeed.status_interval", (3*s.StatusInterval).String()))
+	}
+	// Each setting is checked alone against a stand-in URL, so that changefeed's own rules
+	// decide, and the error still names the key to change.
+	for _, probe := range []struct {
+		key string
+		set func(*changefeed.Config)
+	}{
+		{"changefeed.slot", func(p *changefeed.Config) { p.Slot = s.Slot }},
+		{"changefeed.publication", func(p *changefeed.Config) { p.Publication = s.Publication }},
+		{"changefeed.tables", func(p *changefeed.Config) { p.Tables = s.Tables }},
+		{"changefeed.full_identity_tables", func(p *changefeed.Config) { p.FullIdentityTables = s.FullIdentityTables }},
+		{"changefeed.tenant_column", func(p *changefeed.Config) { p.TenantColumn = s.TenantColumn }},
+		{"changefeed.database_url", func(p *changefeed.Config) { p.DatabaseURL = s.DatabaseURL }},
+	} {
+		p := changefeed.Config{DatabaseURL: probeURL}
+		probe.set(&p)
+		if err := p.Validate(); err != nil {
+			return c.changefeedError(probe.key, err)
+		}
+	}
+	cf := c.Changefeed()
+	if err := cf.Validate(); err != nil {
+		return c.changefeedError("changefeed", err)
+	}
+	return nil
+}
+
+func (c *Config) changefeedError(key string, err error) *Error {
+	var ce *changefeed.Error
+	if !errors.As(err, &ce) {
+		// changefeed's errors never hold the password; anything else is not trusted to.
+		return &Error{Stage: stage, Key: key, Source: c.source(key), Detail: "is not valid", Err: err}
+	}
+	return c.carried(key, ce.Detail, ce.Fix, err)
+}
