@@ -12,6 +12,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"io"
 	"log/slog"
 	"net/http"
@@ -97,8 +99,10 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	}
 	release, ok := h.registry.Admit()
 	if !ok {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeTooManyConnections,
-			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"})
+		// A refusal that may pass: a 200 stream that ends at once, so EventSource retries.
+		t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{})}
+		startStream(w, flusher)
+		t.Close(wire.CloseTooManyConnections, "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s")
 		return
 	}
 	defer release()
@@ -131,12 +135,7 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 	}()
 
-	hd := w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
+	startStream(w, flusher)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -162,6 +161,15 @@ loop:
 		}
 	}
 	wg.Wait()
+}
+
+func startStream(w http.ResponseWriter, flusher http.Flusher) {
+	hd := w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
 }
 
 // Command serves POST /v1/sse/{session}: one client frame for a live stream's session.
@@ -221,6 +229,9 @@ type transport struct {
 	flusher http.Flusher
 	urlSub  string // the URL subscription, whose frames carry event ids
 	buf     []byte
+	// lastWasError: the last frame written was an error frame, which then is the stream's
+	// explanation of its end. Guarded by mu.
+	lastWasError bool
 	once    sync.Once
 	done    chan struct{}
 }
@@ -264,6 +275,9 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 		b = append(b, "\n\n"...)
 	}
 	t.buf = b
+	if n := len(items); n > 0 {
+		t.lastWasError = bytes.HasPrefix(items[n-1].Body, errorPrefix)
+	}
 	if _, err := t.w.Write(b); err != nil {
 		return err
 	}
@@ -271,7 +285,10 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 	return nil
 }
 
-var resyncPrefix = []byte(`{"type":"resync"`)
+var (
+	resyncPrefix = []byte(`{"type":"resync"`)
+	errorPrefix  = []byte(`{"type":"error"`)
+)
 
 // resyncEventID is the event id of a resync frame of the URL subscription, or "".
 func resyncEventID(frame []byte, urlSub string) string {
@@ -296,12 +313,63 @@ func (t *transport) comment(text string) error {
 	return nil
 }
 
-// Close ends the stream: SSE has no close codes, so the error frame the session sent before
-// closing is the client's explanation. The handler returns once the session's writer ends.
-func (t *transport) Close(wire.CloseCode, string) {
+// Close ends the stream. SSE has no close codes, so an ending the server chose is told as a
+// last error event, after a retry field with the delay EventSource should wait before it
+// reconnects (docs/PROTOCOL.md, "Refusals and endings"). When the writer is stuck on a client
+// that stopped reading, nothing more can be written: the blocked write is failed instead.
+func (t *transport) Close(code wire.CloseCode, reason string) {
 	t.once.Do(func() {
-		close(t.done)
-		// Fails a write blocked on a client that stopped reading; safe without mu.
-		_ = t.rc.SetWriteDeadline(time.Now())
+		defer close(t.done)
+		if !t.mu.TryLock() {
+			_ = t.rc.SetWriteDeadline(time.Now()) // safe without mu
+			return
+		}
+		defer t.mu.Unlock()
+		ending, retry := endingOf(code, reason)
+		if ending == nil {
+			return
+		}
+		_ = t.rc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		b := fmt.Appendf(nil, "retry: %d\n\n", retry.Milliseconds())
+		if !t.lastWasError {
+			frame, err := wire.AppendFrame(nil, ending)
+			if err == nil {
+				b = append(append(append(b, "data: "...), frame...), "\n\n"...)
+			}
+		}
+		if _, err := t.w.Write(b); err == nil {
+			t.flusher.Flush()
+		}
 	})
+}
+
+// endingOf maps a close code to the error event that ends an SSE stream, and the reconnect
+// delay; nil for an ending the client asked for.
+func endingOf(code wire.CloseCode, reason string) (*wire.Error, time.Duration) {
+	var c wire.Code
+	retry := time.Second
+	switch code {
+	case wire.CloseNormal:
+		return nil, 0
+	case wire.CloseShuttingDown:
+		c, retry = wire.CodeUnavailable, time.Duration(1000+rand.IntN(4000))*time.Millisecond
+	case wire.CloseTooSlow:
+		c = wire.CodeTooSlow
+	case wire.CloseTooManyConnections:
+		c, retry = wire.CodeTooManyConnections, 10*time.Second
+	case wire.CloseTokenExpired:
+		c = wire.CodeTokenExpired
+	case wire.ClosePolicy:
+		c = wire.CodeForbidden
+	case wire.CloseAuthFailed:
+		c = wire.CodeUnauthorized
+	case wire.CloseBadFrame:
+		c = wire.CodeBadFrame
+	default:
+		c = wire.CodeInternal
+	}
+	if reason == "" {
+		reason = code.String()
+	}
+	return &wire.Error{Code: c, Message: reason}, retry
 }
