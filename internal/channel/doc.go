@@ -25,12 +25,16 @@
 // one. Every publication carries wire.ChannelPosition(epoch, offset). Should the offset reach
 // wire.MaxSafeOffset, the channel takes a new epoch and starts again at 1.
 //
-// A channel's state lives while some subscription holds it: an exact subscription to it, or a
-// subscription that a publish to it has reached, for as long as that subscription's anchor
-// token is watched. When the last subscription under a token goes, the channels that token held
-// and nothing else holds are forgotten; a publish that reaches nobody forgets its channel at
-// once. So the hub holds state only for channels someone on this node receives, not for every
-// channel ever published to.
+// A channel's state lives while a subscription holds it. A subscription holds a channel once
+// it has subscribed to it exactly, or once a publication to it has matched its pattern, whatever
+// its event filter made of that publication. Holds are kept per anchor token, not per
+// subscription, so tracking them costs O(depth) per channel rather than O(subscriptions): a
+// channel stays held while the token it was matched under is watched. Two things let go of it:
+// the last subscription under a token leaving releases the channels that token held, and a
+// publication that no live pattern matches releases its channel at once. A channel nothing
+// holds is forgotten. So the hub keeps state for the channels someone on this node receives,
+// plus, until their next publication, those whose subscribers left while other subscriptions
+// under the same token stayed; never for every channel ever published to.
 //
 // The price is that a forgotten channel's next publication starts a new epoch at offset 1. A
 // client that resumes with a position from the old epoch gets a resync with reason

@@ -269,7 +269,7 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (wire.Positio
 }
 
 // collect returns the subscriptions a publication to name with event reaches, in a pooled
-// slice, and records the buckets they came from as st's holders. The caller holds st.mu.
+// slice, and keeps st's holders up to date. The caller holds st.mu.
 //
 // It looks up each ancestor token of name once: the root, each prefix ending before a "/",
 // and name itself, so at most MaxDepth+1 lookups, whatever the number of subscriptions. Only
@@ -279,32 +279,49 @@ func (h *Hub) collect(st *state, name, event string) *[]*subscription {
 	ts := h.targets.Get().(*[]*subscription)
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if len(h.tokens) == 0 {
-		return ts
+	hit := false
+	if len(h.tokens) > 0 {
+		hit = h.collectAt(st, ts, "", 0, false, name, event)
+		k := 0
+		for i := 0; i < len(name); i++ {
+			if name[i] == '/' {
+				k++
+				hit = h.collectAt(st, ts, name[:i], k, false, name[i+1:], event) || hit
+			}
+		}
+		hit = h.collectAt(st, ts, name, k+1, true, "", event) || hit
 	}
-	h.collectAt(st, ts, "", 0, false, name, event)
-	k := 0
-	for i := 0; i < len(name); i++ {
-		if name[i] == '/' {
-			k++
-			h.collectAt(st, ts, name[:i], k, false, name[i+1:], event)
+	if !hit {
+		// No subscription's pattern matches the channel any more, whatever the event: the
+		// subscriptions that held it have gone, though their tokens are still watched. Nobody
+		// has a stream of it to keep, so let go of it now rather than when those tokens empty.
+		for k, b := range st.holders {
+			if b != nil {
+				b.unhold(st)
+				st.holders[k] = nil
+			}
 		}
 	}
-	h.collectAt(st, ts, name, k+1, true, "", event)
 	return ts
 }
 
 // collectAt adds to ts the subscriptions anchored at token, the depth-k ancestor of the
-// published name (at when it is the name itself; below is the rest of the name under it).
-func (h *Hub) collectAt(st *state, ts *[]*subscription, token string, k int, at bool, below, event string) {
+// published name (at when it is the name itself; below is the rest of the name under it),
+// whose pattern and event filter match. It reports whether any pattern there matches the name,
+// whatever the event: a subscription holds a channel whose publications it filters out by
+// event, so the channel's epoch lasts for it too.
+func (h *Hub) collectAt(st *state, ts *[]*subscription, token string, k int, at bool, below, event string) bool {
 	b := h.tokens[token]
 	if b == nil {
-		return
+		return false
 	}
 	hit := false
 	for _, g := range b.groups {
-		if g.pat.matchAt(at, below, event) {
-			hit = true
+		if !g.pat.matchAt(at, below) {
+			continue
+		}
+		hit = true
+		if g.pat.wants(event) {
 			*ts = append(*ts, g.subs...)
 		}
 	}
@@ -312,6 +329,7 @@ func (h *Hub) collectAt(st *state, ts *[]*subscription, token string, k int, at 
 		b.hold(st)
 		st.holders[k] = b
 	}
+	return hit
 }
 
 // acquire returns the state of the channel name, creating it with a new epoch if this node

@@ -34,6 +34,15 @@ func (b *bucket) hold(st *state) {
 	b.chMu.Unlock()
 }
 
+// unhold undoes hold, when a publish finds that no pattern in b matches st's channel any more.
+// The caller holds Hub.mu shared and st.mu. b may have left the index already; its drop then
+// finds st no longer naming it.
+func (b *bucket) unhold(st *state) {
+	b.chMu.Lock()
+	delete(b.channels, st)
+	b.chMu.Unlock()
+}
+
 // group is the subscriptions of one bucket with one Pattern. A publish evaluates the pattern
 // once per group, not once per subscription: ten thousand connections watching "rooms/1" cost
 // one comparison, then ten thousand deliveries.

@@ -138,7 +138,7 @@ func (p Pattern) IsZero() bool { return p.glob == "" }
 // Match reports whether a publication to the channel name with event name event reaches a
 // subscription with pattern p. name is assumed valid (see CheckName).
 func (p Pattern) Match(name, event string) bool {
-	if p.glob == "" || name == "" || (p.event != "" && p.event != event) {
+	if p.glob == "" || name == "" || !p.wants(event) {
 		return false
 	}
 	if p.exact {
@@ -154,18 +154,18 @@ func (p Pattern) Match(name, event string) bool {
 	return matchBelow(p.below(), below)
 }
 
-// matchAt is Match for the hub, which has already found that p's anchor is an ancestor of the
-// published name, or the name itself (at). below is the part of the name under the anchor,
-// empty when at.
-func (p *Pattern) matchAt(at bool, below, event string) bool {
-	if p.event != "" && p.event != event {
-		return false
-	}
+// matchAt is Match for the hub, without the event filter. The hub has already found that p's
+// anchor is an ancestor of the published name, or the name itself (at); below is the part of
+// the name under the anchor, empty when at.
+func (p *Pattern) matchAt(at bool, below string) bool {
 	if p.exact {
 		return at
 	}
 	return !at && matchBelow(p.below(), below)
 }
+
+// wants reports whether p's event filter lets through a publication with event name event.
+func (p *Pattern) wants(event string) bool { return p.event == "" || p.event == event }
 
 // below returns the part of a non-exact pattern under its anchor: "*/inbox" for
 // "docs/*/inbox".
