@@ -25,9 +25,8 @@ type Error struct {
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Stage)
-	b.WriteString(":")
 	if e.Key != "" {
-		b.WriteString(" ")
+		b.WriteString(": ")
 		b.WriteString(e.Key)
 	}
 	if e.Source != "" {

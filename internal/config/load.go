@@ -247,29 +247,24 @@ func sectionHint(section string) string {
 	}
 	for _, k := range keys() {
 		if strings.HasPrefix(k.Name, section+".") {
-			_, leaf, _ := strings.Cut(k.Name, ".")
-			return fmt.Sprintf(", indented under %s:, e.g.\n  %s:\n    %s: %s", section, section, leaf, yamlQuote(Default().formatFor(k)))
+			return fmt.Sprintf(", indented under %s:, e.g. %s", section, k.yamlExample(exampleFor(k)))
 		}
 	}
 	return ""
 }
 
 // unknownKey reports a key in the file that Config does not have, with the key meant if one
-// is near: the nearest key in the same section, or the same name in another section.
+// is near: the nearest key (or section) in the same section, or the same name in another.
 func unknownKey(name, source string) error {
-	section, leaf, nested := strings.Cut(name, ".")
-	if !nested {
-		leaf, section = section, ""
+	section, leaf := "", name
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		section, leaf = name[:i], name[i+1:]
 	}
-	var same, all []string
+	var same []string
 	for _, k := range keys() {
-		all = append(all, k.Name)
-		s, l, ok := strings.Cut(k.Name, ".")
-		if !ok {
-			l, s = s, ""
-		}
-		if s == section {
-			same = append(same, l)
+		s, l := "", k.Name
+		if i := strings.LastIndexByte(k.Name, '.'); i >= 0 {
+			s, l = k.Name[:i], k.Name[i+1:]
 		}
 		if l == leaf && s != section {
 			where := "at the top level"
@@ -279,20 +274,15 @@ func unknownKey(name, source string) error {
 			return &Error{Stage: stage, Key: name, Source: source, Detail: "unknown key",
 				Fix: fmt.Sprintf("did you mean %s? it belongs %s", k.Name, where)}
 		}
-	}
-	if section != "" && !isSection(section) {
-		var sections []string
-		for _, k := range keys() {
-			if s, _, ok := strings.Cut(k.Name, "."); ok && !slices.Contains(sections, s) {
-				sections = append(sections, s)
-			}
+		if s == section {
+			same = append(same, l)
+		} else if top, _, _ := strings.Cut(k.Name, "."); section == "" && !slices.Contains(same, top) {
+			same = append(same, top) // a section, as a top-level key
 		}
-		return &Error{Stage: stage, Key: name, Source: source, Detail: "unknown key",
-			Fix: suggestFix(section, sections, "the sections are "+strings.Join(sections, ", "))}
 	}
-	where := "the top-level keys are "
+	where := "The top-level keys are "
 	if section != "" {
-		where = "the keys of " + section + " are "
+		where = "The keys of " + section + " are "
 	}
 	return &Error{Stage: stage, Key: name, Source: source, Detail: "unknown key", Fix: suggestFix(leaf, same, where+strings.Join(same, ", "))}
 }
@@ -300,10 +290,10 @@ func unknownKey(name, source string) error {
 func suggestFix(got string, candidates []string, list string) string {
 	if len(got) <= 64 {
 		if s := suggest(got, candidates); s != "" {
-			return fmt.Sprintf("did you mean %s? (%s)", s, list)
+			return fmt.Sprintf("did you mean %s? %s", s, list)
 		}
 	}
-	return "remove it, or correct its name: " + list
+	return "remove it, or correct its name. " + list
 }
 
 // applyEnv applies the HERALD_* variables of env over c. A variable set to "" counts as unset.

@@ -149,7 +149,7 @@ func (c *Config) checkAPI() error {
 		case len(key) < MinAPIKeyBytes:
 			return c.bad(name, fmt.Sprintf("is %d bytes; an API key needs at least %d, or it can be guessed", len(key), MinAPIKeyBytes), fix)
 		case strings.TrimSpace(key) != key:
-			return c.bad(name, "begins or ends with whitespace (often a trailing newline from a file), which clients almost certainly do not send", "remove the surrounding whitespace from the key")
+			return c.bad(name, "begins or ends with whitespace (often a trailing newline from a file), which clients almost certainly do not send", "remove the surrounding whitespace from the key, in api.keys or "+k.Env)
 		case slices.Contains(c.AuthSection.Secrets, key):
 			// A publish key travels in request headers, where proxies and logs can see it; a
 			// token secret that did so could be used to sign tokens for anyone.
@@ -161,22 +161,22 @@ func (c *Config) checkAPI() error {
 
 func (c *Config) checkLimits() error {
 	l := c.Limits
-	frame := mustKey("limits.max_frame_bytes")
+	frame, publish := mustKey("limits.max_frame_bytes"), mustKey("limits.max_publish_bytes")
 	for _, lane := range []struct {
-		key   string
-		bytes Size
-		min   Size
-		why   string
+		key     string
+		bytes   Size
+		against Key
+		min     Size
+		why     string
 	}{
-		{"limits.data_lane_bytes", l.DataLaneBytes, max(l.MaxFrameBytes, l.MaxPublishBytes),
-			"limits.max_frame_bytes and limits.max_publish_bytes: a frame or publish larger than the lane could never be delivered"},
-		{"limits.control_lane_bytes", l.ControlLaneBytes, l.MaxFrameBytes,
-			"limits.max_frame_bytes: a reply to a frame that size could not be queued"},
+		{"limits.data_lane_bytes", l.DataLaneBytes, frame, l.MaxFrameBytes, "a frame that size could never be queued for delivery"},
+		{"limits.data_lane_bytes", l.DataLaneBytes, publish, l.MaxPublishBytes, "a publish that size could never be delivered"},
+		{"limits.control_lane_bytes", l.ControlLaneBytes, frame, l.MaxFrameBytes, "a reply to a frame that size might not be queued"},
 	} {
 		if lane.bytes < lane.min {
 			k := mustKey(lane.key)
-			return c.bad(k.Name, fmt.Sprintf("is %s, below %s of %s", lane.bytes, lane.why, lane.min),
-				k.fix("at least "+lane.min.String(), exampleFor(k))+fmt.Sprintf(", or lower %s (%s)", frame.Name, frame.Env))
+			return c.bad(k.Name, fmt.Sprintf("is %s, smaller than %s (%s): %s", lane.bytes, lane.against.Name, lane.min, lane.why),
+				k.fix("at least "+lane.min.String(), exampleFor(k))+fmt.Sprintf(", or lower %s (%s)", lane.against.Name, lane.against.Env))
 		}
 	}
 	return nil
@@ -197,7 +197,7 @@ func (c *Config) checkChangefeed() error {
 		for _, k := range keys() {
 			if strings.HasPrefix(k.Name, "changefeed.") && !reflect.DeepEqual(k.field(c).Interface(), k.field(def).Interface()) {
 				return c.bad(k.Name, "is set, but changefeed.database_url is empty, so the changefeed is off and this has no effect",
-					url.fix("the database to stream", exampleFor(url))+fmt.Sprintf(", or remove %s to run without a changefeed", k.Name))
+					url.fix("the database to stream", exampleFor(url))+fmt.Sprintf(", or remove %s (and unset %s) to run without a changefeed", k.Name, k.Env))
 			}
 		}
 		return nil
