@@ -39,7 +39,9 @@ type Channels interface {
 
 // Subscriber is what a producer hands data to: the session itself.
 type Subscriber interface {
-	Deliver(sub string, body []byte, pos wire.Position)
+	// Deliver queues one data frame of sub: body is the frame's shared body, pos its
+	// position's text form.
+	Deliver(sub string, body []byte, pos string)
 }
 
 // Verifier checks tokens: auth.Verifier.
@@ -237,14 +239,14 @@ func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
 // Deliver queues a data frame of sub: the body is shared with every other subscriber and
 // never modified. It never blocks; a frame the data lane cannot take becomes part of sub's
 // resync marker.
-func (s *Session) Deliver(sub string, body []byte, pos wire.Position) {
+func (s *Session) Deliver(sub string, body []byte, pos string) {
 	s.mu.Lock()
 	su := s.subs[sub]
 	if su == nil {
 		s.mu.Unlock()
 		return // unsubscribed while the producer was delivering
 	}
-	f := delivery.Frame{Head: su.head, Body: body, Key: sub, Pos: pos.String()}
+	f := delivery.Frame{Head: su.head, Body: body, Key: sub, Pos: pos}
 	if su.pending {
 		su.buffered = append(su.buffered, f)
 		s.mu.Unlock()
@@ -269,6 +271,16 @@ func (s *Session) Close(code wire.CloseCode, reason string) {
 			}
 		})
 	})
+}
+
+// CloseCode is the code the session closed with; meaningful once Done is closed.
+func (s *Session) CloseCode() wire.CloseCode {
+	select {
+	case <-s.closing:
+		return s.closeCode
+	default:
+		return 0
+	}
 }
 
 // Closing is closed once Close has been called.
@@ -302,10 +314,14 @@ func (s *Session) Run(ctx context.Context) {
 				break
 			}
 		}
-		if err := s.write(wctx, b.Items); err != nil {
-			if wctx.Err() == nil {
-				s.Close(wire.CloseNormal, "connection lost")
-			}
+		// Writes run under ctx, not wctx: a close must not cut the write of a frame already
+		// taken from the lanes (the error that explains the close, say), and a transport may
+		// drop the connection when a write's context ends.
+		if err := s.write(ctx, b.Items); err != nil {
+			s.Close(wire.CloseNormal, "connection lost")
+			break
+		}
+		if wctx.Err() != nil {
 			break
 		}
 	}

@@ -180,15 +180,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	wg.Wait()
 }
 
-// readConnect reads the first frame, which must be connect, within the connect deadline.
+// readConnect reads the first frame, which must be connect, within the connect deadline. The
+// deadline is a timer that closes the connection with its own code, not a context on Read: a
+// Read whose context ends drops the connection without a close frame.
 func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
-	ctx, cancel := context.WithTimeout(h.base, h.cfg.ConnectTimeout)
-	defer cancel()
-	typ, b, err := t.c.Read(ctx)
+	timer := time.AfterFunc(h.cfg.ConnectTimeout, func() {
+		t.Close(wire.CloseConnectTimeout, "no connect frame within "+h.cfg.ConnectTimeout.String())
+	})
+	defer timer.Stop()
+	typ, b, err := t.c.Read(h.base)
 	if err != nil {
-		if ctx.Err() != nil && h.base.Err() == nil {
-			t.Close(wire.CloseConnectTimeout, "no connect frame within "+h.cfg.ConnectTimeout.String())
-		}
 		return nil, false
 	}
 	if typ != websocket.MessageText {
@@ -210,22 +211,18 @@ func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
 			Message: "the first frame must be connect; send {\"type\":\"connect\",\"id\":\"1\",\"token\":\"...\"} before anything else"}, wire.CloseBadFrame)
 		return nil, false
 	}
+	if !timer.Stop() {
+		return nil, false // the deadline passed as the frame arrived: the close has begun
+	}
 	return connect, true
 }
 
-// read feeds the client's frames to the session until the connection ends.
+// read feeds the client's frames to the session until the connection ends. The session's
+// close ends it: the transport's close handshake makes Read return. Read is never given a
+// context that ends first, which would drop the connection without its close frame.
 func (h *Handler) read(s *session.Session, c *websocket.Conn) {
-	ctx, cancel := context.WithCancel(h.base)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.Closing():
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
 	for {
-		typ, b, err := c.Read(ctx)
+		typ, b, err := c.Read(h.base)
 		if err != nil {
 			if websocket.CloseStatus(err) == websocket.StatusMessageTooBig {
 				s.Close(wire.CloseFrameTooLarge, "a message exceeded max_frame_bytes")

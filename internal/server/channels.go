@@ -1,0 +1,59 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+
+	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// channels adapts the node's channel hub to what sessions and the publish API ask of it, and
+// turns the hub's refusals into client-facing errors.
+type channels struct {
+	hub *channel.Hub
+}
+
+var _ session.Channels = (*channels)(nil)
+
+func newChannels() *channels { return &channels{hub: channel.New(channel.Config{})} }
+
+func (c *channels) Subscribe(s session.Subscriber, sub, pattern, event string) (wire.Position, func(), error) {
+	p, err := channel.ParsePattern(pattern, event)
+	if err != nil {
+		return wire.Position{}, nil, clientError(err)
+	}
+	head, unsubscribe := c.hub.Subscribe(subscriber{s}, sub, p)
+	return head, unsubscribe, nil
+}
+
+// subscriber hands the hub's publications to a session.
+type subscriber struct{ s session.Subscriber }
+
+func (a subscriber) Deliver(sub string, p *channel.Publication) { a.s.Deliver(sub, p.Body, p.PosText) }
+
+func (c *channels) Publish(name, event string, data json.RawMessage) (wire.Position, error) {
+	pos, err := c.hub.Publish(name, event, data)
+	if err != nil {
+		return wire.Position{}, clientError(err)
+	}
+	return pos, nil
+}
+
+// clientError turns a channel grammar refusal into a bad_frame naming the field.
+func clientError(err error) error {
+	var ce *channel.Error
+	if !errors.As(err, &ce) {
+		return &wire.Error{Code: wire.CodeInternal, Message: "the channel hub failed", Err: err}
+	}
+	field := "channel"
+	if ce.Reason == channel.ReasonBadEvent {
+		field = "event"
+	}
+	msg := ce.Error()
+	if ce.Fix != "" {
+		msg += "; " + ce.Fix
+	}
+	return &wire.Error{Code: wire.CodeBadFrame, Field: field, Message: msg, Err: err}
+}

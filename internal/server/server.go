@@ -1,0 +1,349 @@
+// Package server is Herald's composition root: it builds the verifier, the channel hub and the
+// transports from one Config, serves them over HTTP, and shuts them down in order.
+//
+// Run owns the listener, the HTTP server and every session's goroutines (through the
+// handlers), and returns only once all of them have ended. Shutdown is ordered: stop
+// accepting; tell every client to reconnect elsewhere (close 1012); let their writers drain
+// within ShutdownTimeout; then close whatever is left.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/transport/sse"
+	"github.com/heraldrt/herald/internal/transport/websocket"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// Config configures a server. The zero value of each optional field means its default.
+type Config struct {
+	// Listen is the address to serve on. Default 127.0.0.1:8080.
+	Listen string
+	// ShutdownTimeout bounds the drain of a graceful shutdown. Default 10s.
+	ShutdownTimeout time.Duration
+	// APIKeys guard the HTTP publish API; none disables it.
+	APIKeys []string
+	// MaxConnections per node. Default 10000.
+	MaxConnections int
+	// MaxPublishBytes bounds the body of an HTTP publish. Default 64 KiB.
+	MaxPublishBytes int
+	// ConnectTimeout and PingInterval: see the websocket transport.
+	ConnectTimeout, PingInterval time.Duration
+	// Session configures every session.
+	Session session.Config
+	// Auth configures token verification.
+	Auth auth.Config
+	// Ready, when set, is asked by /readyz: nil means ready, an error says why not.
+	Ready  func() error
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 10000
+	}
+	if c.MaxPublishBytes <= 0 {
+		c.MaxPublishBytes = 64 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Session.Logger == nil {
+		c.Session.Logger = c.Logger
+	}
+	return c
+}
+
+// Server is one Herald node.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	verifier *auth.Verifier
+	channels *channels
+
+	conns atomic.Int64
+
+	mu       sync.Mutex
+	sessions map[*session.Session]struct{} // guarded by mu
+	closes   map[wire.CloseCode]uint64     // guarded by mu: ended sessions by close code
+
+	addr  atomic.Value // string: the bound address, once listening
+	ready chan struct{}
+}
+
+// New builds a server from cfg.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Session.Validate(); err != nil {
+		return nil, err
+	}
+	v, err := auth.New(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		verifier: v,
+		channels: newChannels(),
+		sessions: map[*session.Session]struct{}{},
+		closes:   map[wire.CloseCode]uint64{},
+		ready:    make(chan struct{}),
+	}, nil
+}
+
+// Addr is the address the server listens on, once Listening has fired.
+func (s *Server) Addr() string {
+	a, _ := s.addr.Load().(string)
+	return a
+}
+
+// Listening is closed once the server accepts connections.
+func (s *Server) Listening() <-chan struct{} { return s.ready }
+
+// Authenticate turns a token into an identity: "" is the anonymous identity where the config
+// allows it.
+func (s *Server) Authenticate(token string) (auth.Identity, error) {
+	if token == "" {
+		return s.verifier.Anonymous()
+	}
+	return s.verifier.Verify(token)
+}
+
+// Admit reserves a connection slot.
+func (s *Server) Admit() (func(), bool) {
+	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
+		s.conns.Add(-1)
+		return func() {}, false
+	}
+	var once sync.Once
+	return func() { once.Do(func() { s.conns.Add(-1) }) }, true
+}
+
+// Track records a live session for shutdown.
+func (s *Server) Track(sess *session.Session) func() {
+	s.mu.Lock()
+	s.sessions[sess] = struct{}{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.sessions, sess)
+		s.closes[sess.CloseCode()]++
+		s.mu.Unlock()
+	}
+}
+
+// Closes counts ended sessions by close code.
+func (s *Server) Closes() map[wire.CloseCode]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[wire.CloseCode]uint64, len(s.closes))
+	for k, v := range s.closes {
+		out[k] = v
+	}
+	return out
+}
+
+// Sessions is the number of live sessions.
+func (s *Server) Sessions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// Run serves until ctx ends, then shuts down in order. It returns once every goroutine it
+// started has ended.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (set listen / HERALD_LISTEN to a free address)", s.cfg.Listen, err)
+	}
+	s.addr.Store(ln.Addr().String())
+
+	// Sessions live on base, not on ctx: a stopping server closes them itself, with the code
+	// that tells clients to reconnect elsewhere, before their I/O is cut.
+	base, stopBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBase()
+	deps := session.Deps{Channels: s.channels, Verifier: s.verifier}
+	ws := websocket.New(base, websocket.Config{ConnectTimeout: s.cfg.ConnectTimeout, PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}, deps, s, s)
+	events := sse.New(base, sse.Config{PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}, deps, s, s)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/ws", ws)
+	mux.HandleFunc("GET /v1/sse", events.Stream)
+	mux.HandleFunc("POST /v1/sse/{session}", events.Command)
+	mux.HandleFunc("POST /v1/publish", s.publish)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	close(s.ready)
+	s.log.Info("serving", "addr", ln.Addr().String())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	return s.shutdown(srv, served, stopBase)
+}
+
+// shutdown stops accepting, tells every client to go elsewhere, drains, then closes.
+func (s *Server) shutdown(srv *http.Server, served <-chan error, stopBase func()) error {
+	s.log.Info("shutting down", "sessions", s.Sessions(), "drain", s.cfg.ShutdownTimeout)
+	drain, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- srv.Shutdown(drain) }() // closes the listener at once
+	s.mu.Lock()
+	live := make([]*session.Session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		live = append(live, sess)
+	}
+	s.mu.Unlock()
+	for _, sess := range live {
+		sess.Close(wire.CloseShuttingDown, "server shutting down; reconnect and resume from your positions")
+	}
+	for _, sess := range live {
+		select {
+		case <-sess.Done():
+		case <-drain.Done():
+		}
+	}
+	stopBase()
+	err := <-shut
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("drain deadline passed; closing what is left")
+		err = srv.Close()
+	}
+	<-served
+	// Hijacked WebSocket handlers are not the HTTP server's to wait for; wait for their
+	// sessions to be untracked.
+	for deadline := time.Now().Add(s.cfg.ShutdownTimeout); s.Sessions() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "reason": err.Error()})
+			return
+		}
+	}
+	_, _ = io.WriteString(w, "ready\n")
+}
+
+// publish serves POST /v1/publish: {"channel": ..., "event": ..., "data": ...}, guarded by an
+// API key in Authorization: Bearer.
+func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
+	if !s.apiKeyOK(r) {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnauthorized,
+			Message: "send an API key from api.keys as Authorization: Bearer <key>"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.MaxPublishBytes)+1024))
+	if err != nil {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge,
+			Message: fmt.Sprintf("the publish body is longer than limits.max_publish_bytes (%d bytes)", s.cfg.MaxPublishBytes)})
+		return
+	}
+	var req struct {
+		Channel string          `json:"channel"`
+		Event   string          `json:"event"`
+		Data    json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Message: "the body must be a JSON object {\"channel\":..., \"event\":..., \"data\":...}: " + err.Error()})
+		return
+	}
+	if req.Channel == "" || len(req.Data) == 0 || string(req.Data) == "null" {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Message: "channel and data are required; data may be any JSON value but null"})
+		return
+	}
+	if len(req.Data) > s.cfg.MaxPublishBytes {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge,
+			Message: fmt.Sprintf("data is %d bytes, more than limits.max_publish_bytes (%d)", len(req.Data), s.cfg.MaxPublishBytes)})
+		return
+	}
+	pos, err := s.channels.Publish(req.Channel, req.Event, compact(req.Data))
+	if err != nil {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = &wire.Error{Code: wire.CodeBadFrame, Field: "channel", Message: err.Error()}
+		}
+		websocket.WriteHTTPError(w, we)
+		return
+	}
+	b, _ := wire.AppendFrame(nil, &wire.Published{Pos: pos})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+func compact(raw json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
+func (s *Server) apiKeyOK(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	if len(h) < 8 || !strings.EqualFold(h[:7], "bearer ") {
+		return false
+	}
+	got := []byte(strings.TrimSpace(h[7:]))
+	ok := false
+	for _, k := range s.cfg.APIKeys {
+		if subtle.ConstantTimeCompare(got, []byte(k)) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+// totalStats sums the delivery counters of every live session: for tests and metrics.
+func (s *Server) totalStats() (total delivery.Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sess := range s.sessions {
+		st := sess.Stats()
+		total.DataAdmitted += st.DataAdmitted
+		total.DataWritten += st.DataWritten
+		total.LostLaneFull += st.LostLaneFull
+		total.LostTooLarge += st.LostTooLarge
+		total.MarkersEmitted += st.MarkersEmitted
+	}
+	return total
+}

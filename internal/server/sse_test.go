@@ -1,0 +1,207 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sseEvent is one event of a stream.
+type sseEvent struct {
+	id    string
+	frame map[string]any
+}
+
+type sseClient struct {
+	t      *testing.T
+	events chan sseEvent
+	cancel context.CancelFunc
+	resp   *http.Response
+}
+
+func openSSE(t *testing.T, url string, header http.Header) (*sseClient, *http.Response) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		cancel()
+		return nil, resp
+	}
+	c := &sseClient{t: t, events: make(chan sseEvent, 1024), cancel: cancel, resp: resp}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(c.events)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.frame != nil {
+					c.events <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, "id: "):
+				ev.id = line[4:]
+			case strings.HasPrefix(line, "data: "):
+				if err := json.Unmarshal([]byte(line[6:]), &ev.frame); err != nil {
+					t.Errorf("event data %q is not JSON", line)
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		<-done
+	})
+	return c, resp
+}
+
+func (c *sseClient) next(typ string) sseEvent {
+	c.t.Helper()
+	select {
+	case ev, ok := <-c.events:
+		if !ok {
+			c.t.Fatalf("stream ended waiting for %s", typ)
+		}
+		if ev.frame["type"] != typ {
+			c.t.Fatalf("got %v, want %s", ev.frame, typ)
+		}
+		return ev
+	case <-time.After(5 * time.Second):
+		c.t.Fatalf("no %s event within 5s", typ)
+	}
+	return sseEvent{}
+}
+
+func bearerHeader(t *testing.T, sub string) http.Header {
+	return http.Header{"Authorization": {"Bearer " + token(t, sub, time.Now().Add(time.Hour))}}
+}
+
+func TestSSEStreamWithURLSubscriptionAndCommands(t *testing.T) {
+	r := start(t, baseConfig())
+	c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&channel=news/**", bearerHeader(t, "user-1"))
+	if c == nil {
+		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
+	}
+	if ct := c.resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	w := c.next("welcome")
+	session, _ := w.frame["session"].(string)
+	if session == "" {
+		t.Fatalf("welcome %v has no session", w.frame)
+	}
+	c.next("subscribed")
+	publish(t, r, "news/today", `{"h":1}`)
+	ev := c.next("message")
+	if !strings.HasPrefix(ev.id, "feed ") || ev.frame["sub"] != "feed" {
+		t.Errorf("message event id %q frame %v, want id \"feed <pos>\"", ev.id, ev.frame)
+	}
+
+	cmd := r.url + "/v1/sse/" + session
+	tok := token(t, "user-1", time.Now().Add(time.Hour))
+	if code, _ := postJSON(t, cmd, tok, `{"type":"subscribe","id":"s2","sub":"other","channel":"sports"}`); code != 202 {
+		t.Fatalf("command: %d, want 202", code)
+	}
+	if ev := c.next("subscribed"); ev.frame["id"] != "s2" || ev.id != "" {
+		t.Errorf("subscribed %v id %q: want id s2 and no event id (not the URL subscription)", ev.frame, ev.id)
+	}
+	publish(t, r, "sports", `2`)
+	if ev := c.next("message"); ev.id != "" || ev.frame["sub"] != "other" {
+		t.Errorf("other subscription's message: id %q frame %v", ev.id, ev.frame)
+	}
+	if code, _ := postJSON(t, cmd, tok, `{"type":"ping","id":"p"}`); code != 202 {
+		t.Fatalf("ping command: %d", code)
+	}
+	c.next("pong")
+
+	t.Run("unknown session", func(t *testing.T) {
+		if code, m := postJSON(t, r.url+"/v1/sse/nope", tok, `{"type":"ping","id":"p"}`); code != 404 || m["code"] != "not_found" {
+			t.Errorf("got %d %v, want 404 not_found", code, m)
+		}
+	})
+	t.Run("another identity", func(t *testing.T) {
+		other := token(t, "user-2", time.Now().Add(time.Hour))
+		if code, m := postJSON(t, cmd, other, `{"type":"ping","id":"p"}`); code != 403 || m["code"] != "forbidden" {
+			t.Errorf("got %d %v, want 403 forbidden", code, m)
+		}
+	})
+	t.Run("bad frame", func(t *testing.T) {
+		if code, m := postJSON(t, cmd, tok, `{"type":"subscribe"}`); code != 400 || m["code"] != "bad_frame" {
+			t.Errorf("got %d %v, want 400 bad_frame", code, m)
+		}
+	})
+}
+
+func TestSSERefusals(t *testing.T) {
+	r := start(t, baseConfig())
+	tests := []struct {
+		name   string
+		url    string
+		header http.Header
+		status int
+	}{
+		{"no token", "/v1/sse", nil, 401},
+		{"bad subscription", "/v1/sse?sub=feed", bearerHeader(t, "u"), 400},
+		{"bad Last-Event-ID", "/v1/sse?sub=feed&channel=x", http.Header{"Authorization": bearerHeader(t, "u")["Authorization"], "Last-Event-Id": {"garbage"}}, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, resp := openSSE(t, r.url+tt.url, tt.header)
+			if c != nil {
+				t.Fatalf("stream opened, want %d", tt.status)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+		})
+	}
+}
+
+func TestSSELastEventIDReportsTheGap(t *testing.T) {
+	r := start(t, baseConfig())
+	// Another subscriber keeps the channel, and its epoch, alive.
+	keeper, _ := connect(t, r)
+	keeper.send(`{"type":"subscribe","id":"k","sub":"k","channel":"feed"}`)
+	keeper.expect("subscribed")
+	// Three messages go out; a client that saw only the first resumes.
+	first := publish(t, r, "feed", `1`)
+	publish(t, r, "feed", `2`)
+	publish(t, r, "feed", `3`)
+	pos := first["pos"].(map[string]any)
+	last := fmt.Sprintf("feed %s:%d", pos["epoch"], int(pos["offset"].(float64)))
+	h := bearerHeader(t, "u")
+	h.Set("Last-Event-ID", last)
+	c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&channel=feed", h)
+	if c == nil {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	c.next("welcome")
+	c.next("subscribed")
+	ev := c.next("resync")
+	if ev.frame["reason"] != "history_expired" || ev.frame["lost"] != float64(2) {
+		t.Errorf("resync %v, want 2 lost, history_expired", ev.frame)
+	}
+	if !strings.HasPrefix(ev.id, "feed ") {
+		t.Errorf("resync event id %q, want the URL subscription's", ev.id)
+	}
+}
