@@ -53,8 +53,10 @@ type Config struct {
 	// Logger receives what Start and Stop do. Nil discards.
 	Logger *slog.Logger
 
-	// pickPort replaces freePort when set; tests use it to hand Start a port that is taken.
+	// Test hooks. pickPort replaces freePort, to hand Start a port that is taken; tempRoot
+	// replaces os.TempDir() as the parent of a temporary Dir.
 	pickPort func() (int, error)
+	tempRoot string
 }
 
 // Validate reports a Config Start cannot use.
@@ -108,7 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{log: log, bin: bin, version: version, as: as}
-	if err := s.makeDir(cfg.Dir); err != nil {
+	if err := s.makeDir(cfg.Dir, cfg.tempRoot); err != nil {
 		return nil, err
 	}
 	ok := false
@@ -257,9 +259,9 @@ func (s *Server) halt(pid int) error {
 }
 
 // makeDir makes or adopts the directory the server lives in.
-func (s *Server) makeDir(dir string) error {
+func (s *Server) makeDir(dir, tempRoot string) error {
 	if dir == "" {
-		d, err := os.MkdirTemp("", "herald-dev-")
+		d, err := os.MkdirTemp(tempRoot, "herald-dev-")
 		if err != nil {
 			return &Error{Stage: StageDir, Detail: "make a temporary directory: " + err.Error(), Fix: "set TMPDIR to a writable directory", Err: err}
 		}
@@ -448,12 +450,16 @@ func (s *Server) start(ctx context.Context, port int) (bindFailed bool, err erro
 		from = fi.Size()
 	}
 
-	out, err := s.command(ctx, "pg_ctl", "-D", s.data, "-l", s.logPath, "-w", "-t", strconv.Itoa(startTimeout), "start").CombinedOutput()
+	cmd := s.command(context.WithoutCancel(ctx), "pg_ctl", "-D", s.data, "-l", s.logPath, "-w", "-t", strconv.Itoa(startTimeout), "start")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = s.pgctlStart(ctx, cmd)
 	if err == nil {
 		s.pid = readPid(s.data)
 		return false, nil
 	}
-	// pg_ctl gives up waiting and leaves a slow server running; it is not ours to keep.
+	// pg_ctl has exited, so any postmaster it started has written postmaster.pid by now. One
+	// that is still running (pg_ctl gave up waiting, or ctx ended) is not ours to keep.
 	if err := s.halt(0); err != nil {
 		s.log.Warn("stop after a failed start", "err", err)
 	}
@@ -467,9 +473,31 @@ func (s *Server) start(ctx context.Context, port int) (bindFailed bool, err erro
 		fix = fmt.Sprintf("choose another port, or stop what listens on 127.0.0.1:%d", port)
 	}
 	return bindFailed, &Error{Stage: StageStart,
-		Detail: fmt.Sprintf("postgres did not start on 127.0.0.1:%d: pg_ctl: %v: %s\nlast lines of %s:\n%s", port, err, lastLines(out, 5), s.logPath, tail),
+		Detail: fmt.Sprintf("postgres did not start on 127.0.0.1:%d: pg_ctl: %v: %s\nlast lines of %s:\n%s", port, err, lastLines(out.Bytes(), 5), s.logPath, tail),
 		Fix:    fix,
 		Err:    err,
+	}
+}
+
+// pgctlStart runs pg_ctl start, which ctx does not kill: killed, pg_ctl may already have
+// forked a postmaster that writes postmaster.pid only after anyone has looked for it, and so
+// outlives Start unseen. When ctx ends first, the server is stopped instead, which ends pg_ctl's
+// wait; pg_ctl's own -t bounds the rest.
+func (s *Server) pgctlStart(ctx context.Context, cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		return err
+	case <-ctx.Done():
+		if err := s.halt(0); err != nil {
+			s.log.Warn("stop while starting", "err", err)
+		}
+		<-waited
+		return ctx.Err()
 	}
 }
 

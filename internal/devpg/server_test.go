@@ -1,3 +1,5 @@
+//go:build unix
+
 package devpg
 
 import (
@@ -10,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -293,30 +296,34 @@ func TestStaleServerReplaced(t *testing.T) {
 }
 
 // TestStartFailureCleansUp checks that a failed Start leaves no server and no directory.
-// Not parallel: it points TMPDIR at a directory of its own to see what Start leaves there.
 func TestStartFailureCleansUp(t *testing.T) {
+	t.Parallel()
 	needBinaries(t)
-	tmp := publicDir(t)
-	t.Setenv("TMPDIR", tmp)
-	empty := func(t *testing.T) {
-		t.Helper()
-		left, err := os.ReadDir(tmp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(left) > 0 {
-			t.Errorf("a failed Start left %s behind in TMPDIR", left[0].Name())
+	// tempRoot is where Start makes its temporary Dir, so the test can see what is left.
+	tempRoot := func(t *testing.T) (string, func(t *testing.T)) {
+		tmp := publicDir(t)
+		return tmp, func(t *testing.T) {
+			t.Helper()
+			left, err := os.ReadDir(tmp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(left) > 0 {
+				t.Errorf("a failed Start left %s behind", left[0].Name())
+			}
 		}
 	}
 
 	t.Run("port taken", func(t *testing.T) {
+		t.Parallel()
+		tmp, empty := tempRoot(t)
 		taken, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer taken.Close()
 		port := taken.Addr().(*net.TCPAddr).Port
-		s, err := Start(context.Background(), Config{Port: port, Logger: testLogger(t)})
+		s, err := Start(context.Background(), Config{Port: port, Logger: testLogger(t), tempRoot: tmp})
 		if err == nil {
 			s.Stop(context.Background())
 			t.Fatalf("Start on taken port %d succeeded", port)
@@ -332,10 +339,36 @@ func TestStartFailureCleansUp(t *testing.T) {
 		empty(t)
 	})
 
+	t.Run("context done during pg_ctl start", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		log := slog.New(&onRun{Handler: testLogger(t).Handler(), match: "pg_ctl", then: func() {
+			// pg_ctl start takes about 100ms here; cut it short once the postmaster is forked.
+			time.AfterFunc(30*time.Millisecond, cancel)
+		}})
+		// A given Dir, since removing a temporary one under a starting postmaster makes it
+		// crash and would hide a postmaster Start failed to stop.
+		dir := filepath.Join(publicDir(t), "dev")
+		s, err := Start(ctx, Config{Dir: dir, Logger: log})
+		if err == nil {
+			s.Stop(context.Background())
+			t.Skip("the server started before the context was done; nothing to check")
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Start = %v, want context.Canceled", err)
+		}
+		if pids := processesUnder(t, dir); len(pids) > 0 {
+			t.Errorf("processes still running in %s: %v", dir, pids)
+		}
+	})
+
 	t.Run("context done", func(t *testing.T) {
+		t.Parallel()
+		tmp, empty := tempRoot(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := Start(ctx, Config{}); !errors.Is(err, context.Canceled) {
+		if _, err := Start(ctx, Config{tempRoot: tmp}); !errors.Is(err, context.Canceled) {
 			t.Errorf("Start with a done context = %v, want context.Canceled", err)
 		}
 		empty(t)
@@ -384,79 +417,6 @@ func TestStartChecksReach(t *testing.T) {
 	}
 }
 
-func TestFind(t *testing.T) {
-	fake := func(t *testing.T, version string, names ...string) string {
-		dir := t.TempDir()
-		for _, name := range names {
-			script := "#!/bin/sh\nexit 0\n"
-			if name == "postgres" {
-				script = fmt.Sprintf("#!/bin/sh\necho 'postgres (PostgreSQL) %s'\n", version)
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return dir
-	}
-	for _, tc := range []struct {
-		name        string
-		dir         func(t *testing.T) string
-		wantVersion string
-		wantDetail  string // "" wants no error
-	}{
-		{"bogus dir", func(t *testing.T) string { return "/nonexistent/herald/bin" }, "", "/nonexistent/herald/bin holds no initdb"},
-		{"no postgres", func(t *testing.T) string { return fake(t, "", "initdb", "pg_ctl") }, "", "holds no postgres"},
-		{"too old", func(t *testing.T) string { return fake(t, "13.4", serverBinaries...) }, "13", "PostgreSQL 13 in"},
-		{"no version", func(t *testing.T) string { return fake(t, "", serverBinaries...) }, "", "names no PostgreSQL version"},
-		{"new enough", func(t *testing.T) string { return fake(t, "17.2 (Debian 17.2-1)", serverBinaries...) }, "17", ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := tc.dir(t)
-			bin, version, err := Find(dir)
-			t.Logf("Find: %v", err)
-			if version != tc.wantVersion {
-				t.Errorf("version = %q, want %q", version, tc.wantVersion)
-			}
-			if tc.wantDetail == "" {
-				if err != nil || bin != filepath.Clean(dir) {
-					t.Errorf("Find(%s) = %q, %v; want the dir and no error", dir, bin, err)
-				}
-				return
-			}
-			var e *Error
-			if !errors.As(err, &e) {
-				t.Fatalf("Find(%s) error = %v, want an *Error", dir, err)
-			}
-			if e.Stage != StageFind || !strings.Contains(e.Detail, tc.wantDetail) || e.Fix == "" {
-				t.Errorf("Find(%s) = %+v, want stage find, detail holding %q, and a fix", dir, e, tc.wantDetail)
-			}
-		})
-	}
-}
-
-func TestParseVersion(t *testing.T) {
-	for _, tc := range []struct {
-		out   string
-		major string
-		n     int
-		ok    bool
-	}{
-		{"postgres (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)\n", "15", 15, true},
-		{"postgres (PostgreSQL) 17beta2", "17", 17, true},
-		{"postgres (PostgreSQL) 9.6.24", "9.6", 9, true},
-		{"postgres (PostgreSQL) 14", "14", 14, true},
-		{"postgres (Greenplum) 6", "", 0, false},
-		{"", "", 0, false},
-	} {
-		t.Run(tc.out, func(t *testing.T) {
-			major, n, ok := parseVersion(tc.out)
-			if major != tc.major || n != tc.n || ok != tc.ok {
-				t.Errorf("parseVersion(%q) = %q, %d, %v; want %q, %d, %v", tc.out, major, n, ok, tc.major, tc.n, tc.ok)
-			}
-		})
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	for _, port := range []int{-1, 65536} {
 		err := Config{Port: port}.Validate()
@@ -468,4 +428,47 @@ func TestConfigValidate(t *testing.T) {
 	if err := (Config{}).Validate(); err != nil {
 		t.Errorf("Validate(zero) = %v, want nil", err)
 	}
+}
+
+// onRun calls then, once, when a command whose line holds match is about to run.
+type onRun struct {
+	slog.Handler
+	match string
+	once  sync.Once
+	then  func()
+}
+
+func (h *onRun) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "run" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "cmd" && strings.Contains(a.Value.String(), h.match) {
+				h.once.Do(h.then)
+			}
+			return true
+		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// processesUnder lists the live processes whose working directory is under dir, as a
+// postmaster's is its data directory.
+func processesUnder(t *testing.T, dir string) []int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cwd")
+	if err != nil || len(procs) == 0 {
+		t.Skip("no /proc to look for leftover processes in")
+	}
+	var pids []int
+	for _, p := range procs {
+		cwd, err := os.Readlink(p)
+		if err != nil || !strings.HasPrefix(cwd, dir+"/") {
+			continue
+		}
+		var pid int
+		fmt.Sscanf(p, "/proc/%d/cwd", &pid)
+		if running(pid, cwd) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
