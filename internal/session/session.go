@@ -130,10 +130,12 @@ type Session struct {
 	expiry   *time.Timer              // guarded by mu: sends expiring, then closes
 	closed   bool                     // guarded by mu: no subscription may be added
 
-	closing   chan struct{} // closed by the first Close
-	closeOnce sync.Once
-	closeCode wire.CloseCode // written once, before closing is closed
-	closeMsg  string
+	closing      chan struct{} // closed by the first Close or Lost
+	closeMu      sync.Mutex
+	closeStarted bool           // guarded by closeMu
+	closeWeak    bool           // guarded by closeMu: closed by Lost; a Close may still name the code
+	closeCode    wire.CloseCode // guarded by closeMu
+	closeMsg     string         // guarded by closeMu
 	done      chan struct{} // closed when Run has ended
 
 	delivered atomic.Uint64
@@ -257,30 +259,47 @@ func (s *Session) Deliver(sub string, body []byte, pos string) {
 	s.delivered.Add(1)
 }
 
-// Close ends the session with code and reason. The first call wins.
-func (s *Session) Close(code wire.CloseCode, reason string) {
-	s.closeOnce.Do(func() {
-		s.closeCode, s.closeMsg = code, reason
-		close(s.closing)
-		// A writer blocked on a client that stopped reading would hold the close forever.
-		time.AfterFunc(s.cfg.CloseGrace, func() {
-			select {
-			case <-s.done:
-			default:
-				s.transport.Close(code, reason)
-			}
-		})
+// Close ends the session with code and reason. The first call wins, except over Lost: a
+// connection that dropped may have dropped because of what the code names (a write that
+// timed out on a client too slow to read), and the code is what gets counted.
+func (s *Session) Close(code wire.CloseCode, reason string) { s.close(code, reason, false) }
+
+// Lost ends the session because its connection dropped.
+func (s *Session) Lost(reason string) { s.close(wire.CloseNormal, reason, true) }
+
+func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closeStarted {
+		if s.closeWeak && !weak {
+			s.closeCode, s.closeMsg, s.closeWeak = code, reason, false
+		}
+		return
+	}
+	s.closeStarted, s.closeWeak = true, weak
+	s.closeCode, s.closeMsg = code, reason
+	close(s.closing)
+	// A writer blocked on a client that stopped reading would hold the close forever.
+	time.AfterFunc(s.cfg.CloseGrace, func() {
+		select {
+		case <-s.done:
+		default:
+			c, m := s.closeReason()
+			s.transport.Close(c, m)
+		}
 	})
+}
+
+func (s *Session) closeReason() (wire.CloseCode, string) {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	return s.closeCode, s.closeMsg
 }
 
 // CloseCode is the code the session closed with; meaningful once Done is closed.
 func (s *Session) CloseCode() wire.CloseCode {
-	select {
-	case <-s.closing:
-		return s.closeCode
-	default:
-		return 0
-	}
+	c, _ := s.closeReason()
+	return c
 }
 
 // Closing is closed once Close has been called.
@@ -318,7 +337,7 @@ func (s *Session) Run(ctx context.Context) {
 		// taken from the lanes (the error that explains the close, say), and a transport may
 		// drop the connection when a write's context ends.
 		if err := s.write(ctx, b.Items); err != nil {
-			s.Close(wire.CloseNormal, "connection lost")
+			s.Lost("connection lost")
 			break
 		}
 		if wctx.Err() != nil {
@@ -338,7 +357,7 @@ func (s *Session) write(ctx context.Context, items []delivery.Item) error {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.SlowTimeout)
 	defer cancel()
 	err := s.transport.Write(wctx, items)
-	if err != nil && errors.Is(wctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		s.Close(wire.CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
 	}
 	return err
@@ -363,7 +382,8 @@ func (s *Session) finish() {
 		}
 	}
 	s.lanes.Close()
-	s.transport.Close(s.closeCode, s.closeMsg)
+	code, msg := s.closeReason()
+	s.transport.Close(code, msg)
 	s.mu.Lock()
 	s.closed = true
 	subs := s.subs

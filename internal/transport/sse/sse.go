@@ -13,9 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -149,13 +149,13 @@ loop:
 	for {
 		select {
 		case <-r.Context().Done():
-			s.Close(wire.CloseNormal, "client went away")
+			s.Lost("client went away")
 			break loop
 		case <-s.Done():
 			break loop
 		case <-tick.C:
 			if err := t.comment("ping"); err != nil {
-				s.Close(wire.CloseNormal, "connection lost")
+				s.Lost("connection lost")
 				break loop
 			}
 		}
@@ -232,8 +232,8 @@ type transport struct {
 	// lastWasError: the last frame written was an error frame, which then is the stream's
 	// explanation of its end. Guarded by mu.
 	lastWasError bool
-	once    sync.Once
-	done    chan struct{}
+	once         sync.Once
+	done         chan struct{}
 }
 
 var _ session.Transport = (*transport)(nil)

@@ -176,7 +176,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.ping(s, c)
 	}()
 	h.read(s, c)
-	s.Close(wire.CloseNormal, "")
+	s.Lost("connection closed")
 	wg.Wait()
 }
 
