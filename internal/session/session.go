@@ -136,7 +136,7 @@ type Session struct {
 	closeWeak    bool           // guarded by closeMu: closed by Lost; a Close may still name the code
 	closeCode    wire.CloseCode // guarded by closeMu
 	closeMsg     string         // guarded by closeMu
-	done      chan struct{} // closed when Run has ended
+	done         chan struct{}  // closed when Run has ended
 
 	delivered atomic.Uint64
 }
