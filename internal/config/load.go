@@ -256,6 +256,9 @@ func sectionHint(section string) string {
 // unknownKey reports a key in the file that Config does not have, with the key meant if one
 // is near: the nearest key (or section) in the same section, or the same name in another.
 func unknownKey(name, source string) error {
+	if len(name) > maxNameShown {
+		name = name[:maxNameShown] + "…"
+	}
 	section, leaf := "", name
 	if i := strings.LastIndexByte(name, '.'); i >= 0 {
 		section, leaf = name[:i], name[i+1:]
@@ -287,8 +290,12 @@ func unknownKey(name, source string) error {
 	return &Error{Stage: stage, Key: name, Source: source, Detail: "unknown key", Fix: suggestFix(leaf, same, where+strings.Join(same, ", "))}
 }
 
+// maxNameShown bounds an unknown name quoted in an error: no real key is half as long, and a
+// line of junk need not be echoed whole.
+const maxNameShown = 64
+
 func suggestFix(got string, candidates []string, list string) string {
-	if len(got) <= 64 {
+	if len(got) <= maxNameShown {
 		if s := suggest(got, candidates); s != "" {
 			return fmt.Sprintf("did you mean %s? %s", s, list)
 		}
@@ -323,7 +330,9 @@ func (c *Config) applyEnv(env []string) error {
 		slices.Sort(unknown)
 		return unknownEnv(unknown)
 	}
-	cf, _ := keyNamed("changefeed.database_url")
+	// The alias stands in for the database URL's own variable when that is unset.
+	cf := mustKey("changefeed.database_url")
+	urlVar := cf.Env
 	if alias := vars[aliasDatabaseURL]; alias != "" {
 		if own := vars[cf.Env]; own != "" && own != alias {
 			return &Error{Stage: stage, Key: cf.Name, Source: "env " + cf.Env,
@@ -331,11 +340,7 @@ func (c *Config) applyEnv(env []string) error {
 				Fix:    fmt.Sprintf("unset one of them; %s is the alias `herald tail` reads", aliasDatabaseURL)}
 		}
 		if vars[cf.Env] == "" {
-			vars[cf.Env] = alias
-			c.setSource(cf.Name, "env "+aliasDatabaseURL)
-			if err := cf.set(c, alias, true); err != nil {
-				return err
-			}
+			vars[cf.Env], urlVar = alias, aliasDatabaseURL
 		}
 	}
 	for _, k := range keys() {
@@ -343,13 +348,17 @@ func (c *Config) applyEnv(env []string) error {
 		if v == "" {
 			continue
 		}
+		source := "env " + k.Env
+		if k.Name == cf.Name {
+			source = "env " + urlVar
+		}
 		if err := k.set(c, v, true); err != nil {
-			return &Error{Stage: stage, Key: k.Name, Source: "env " + k.Env, Detail: err.Error(), Fix: k.fix(wantFor(k), exampleFor(k))}
+			return &Error{Stage: stage, Key: k.Name, Source: source, Detail: err.Error(), Fix: k.fix(wantFor(k), exampleFor(k))}
 		}
 		if k.typ == typList {
 			k.setList(c, k.field(c).Interface().([]string))
 		}
-		c.setSource(k.Name, "env "+k.Env)
+		c.setSource(k.Name, source)
 	}
 	return nil
 }
@@ -369,16 +378,19 @@ func unknownEnv(names []string) error {
 		known = append(known, k.Env)
 	}
 	known = append(known, aliasDatabaseURL)
+	for i, n := range names {
+		if len(n) > maxNameShown {
+			names[i] = n[:maxNameShown] + "…"
+		}
+	}
 	e := &Error{Stage: stage, Key: names[0], Source: "env " + names[0],
 		Detail: "unknown environment variable: Herald reads every HERALD_* variable, so a misspelt one would be ignored without a word"}
 	if len(names) > 1 {
 		e.Detail += fmt.Sprintf(" (also unknown: %s)", strings.Join(names[1:], ", "))
 	}
-	if len(names[0]) <= 64+len(envPrefix) {
-		if s := suggest(names[0], known); s != "" {
-			e.Fix = fmt.Sprintf("did you mean %s? Otherwise unset %s; docs/CONFIG.md lists every variable", s, names[0])
-			return e
-		}
+	if s := suggest(names[0], known); s != "" {
+		e.Fix = fmt.Sprintf("did you mean %s? Otherwise unset %s; docs/CONFIG.md lists every variable", s, names[0])
+		return e
 	}
 	e.Fix = fmt.Sprintf("unset %s, or correct its name; docs/CONFIG.md lists every variable (HERALD_TEST*, HERALD_DEMO* are left to the scripts)", names[0])
 	return e
@@ -396,9 +408,6 @@ func (c *Config) source(key string) string {
 	key, _, _ = strings.Cut(key, "[")
 	return c.sources[key]
 }
-
-// formatFor is k.Format, for use in messages.
-func (c *Config) formatFor(k Key) string { return k.Format(c) }
 
 // wantFor describes the values k takes, for a fix.
 func wantFor(k Key) string {
@@ -422,7 +431,7 @@ func exampleFor(k Key) string {
 	if ex, ok := examples[k.Name]; ok {
 		return ex
 	}
-	return Default().formatFor(k)
+	return k.Format(Default())
 }
 
 // examples are the example values of keys whose default is empty or says nothing.

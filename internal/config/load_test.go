@@ -295,16 +295,17 @@ func TestEnvValues(t *testing.T) {
 func TestDatabaseURLAlias(t *testing.T) {
 	other := "postgres://herald@other:5432/app?sslmode=verify-full"
 	tests := []struct {
-		name    string
-		env     []string
-		want    string
-		wantErr bool
+		name       string
+		env        []string
+		want       string
+		wantSource string
+		wantErr    bool
 	}{
-		{"own variable", []string{"HERALD_CHANGEFEED_DATABASE_URL=" + other}, other, false},
-		{"alias", []string{"HERALD_DATABASE_URL=" + testDBURL}, testDBURL, false},
-		{"both the same", []string{"HERALD_DATABASE_URL=" + testDBURL, "HERALD_CHANGEFEED_DATABASE_URL=" + testDBURL}, testDBURL, false},
-		{"alias empty", []string{"HERALD_DATABASE_URL=", "HERALD_CHANGEFEED_DATABASE_URL=" + other}, other, false},
-		{"both different", []string{"HERALD_DATABASE_URL=" + testDBURL, "HERALD_CHANGEFEED_DATABASE_URL=" + other}, "", true},
+		{"own variable", []string{"HERALD_CHANGEFEED_DATABASE_URL=" + other}, other, "env HERALD_CHANGEFEED_DATABASE_URL", false},
+		{"alias", []string{"HERALD_DATABASE_URL=" + testDBURL}, testDBURL, "env HERALD_DATABASE_URL", false},
+		{"both the same", []string{"HERALD_DATABASE_URL=" + testDBURL, "HERALD_CHANGEFEED_DATABASE_URL=" + testDBURL}, testDBURL, "env HERALD_CHANGEFEED_DATABASE_URL", false},
+		{"alias empty", []string{"HERALD_DATABASE_URL=", "HERALD_CHANGEFEED_DATABASE_URL=" + other}, other, "env HERALD_CHANGEFEED_DATABASE_URL", false},
+		{"both different", []string{"HERALD_DATABASE_URL=" + testDBURL, "HERALD_CHANGEFEED_DATABASE_URL=" + other}, "", "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -322,6 +323,9 @@ func TestDatabaseURLAlias(t *testing.T) {
 			}
 			if got.ChangefeedSection.DatabaseURL != tt.want {
 				t.Errorf("database_url = %q, want %q", got.ChangefeedSection.DatabaseURL, tt.want)
+			}
+			if src := got.source("changefeed.database_url"); src != tt.wantSource {
+				t.Errorf("source = %q, want %q", src, tt.wantSource)
 			}
 		})
 	}
