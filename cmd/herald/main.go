@@ -26,6 +26,8 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"serve", "run a Herald node", runServe},
+		{"dev", "run a node with a throwaway Postgres and a demo table", runDev},
 		{"tail", "stream decoded Postgres changes as JSON lines", runTail},
 		{"version", "print the version", runVersion},
 	}

@@ -1,0 +1,32 @@
+package server
+
+import (
+	"log/slog"
+
+	"github.com/heraldrt/herald/internal/config"
+	"github.com/heraldrt/herald/internal/session"
+)
+
+// ConfigFrom maps a loaded config file onto the server's Config.
+func ConfigFrom(c *config.Config, log *slog.Logger) Config {
+	return Config{
+		Listen:          c.Listen,
+		ShutdownTimeout: c.ShutdownTimeout,
+		APIKeys:         c.API.Keys,
+		MaxConnections:  c.Limits.MaxConnections,
+		MaxPublishBytes: int(c.Limits.MaxPublishBytes),
+		ConnectTimeout:  c.Limits.HandshakeTimeout,
+		PingInterval:    c.Limits.PingInterval,
+		Session: session.Config{
+			MaxSubscriptions: c.Limits.MaxSubscriptions,
+			MaxFrameBytes:    int(c.Limits.MaxFrameBytes),
+			SlowTimeout:      c.Limits.SlowTimeout,
+			PingInterval:     c.Limits.PingInterval,
+			ClientPublish:    c.Channels.ClientPublish,
+			Lanes:            c.Lanes(),
+			Logger:           log,
+		},
+		Auth:   c.Auth(),
+		Logger: log,
+	}
+}
