@@ -160,4 +160,3 @@ func demoWriter(ctx context.Context, url string, log *slog.Logger) {
 		}
 	}
 }
-
