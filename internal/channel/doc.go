@@ -72,7 +72,9 @@
 // Lock order: state.mu, then Hub.mu, then bucket.chMu; state.mu, then subscription.mu, then
 // whatever Deliver takes (the connection's delivery.Lanes lock); state.mu, then Hub.chMu.
 // Hub.mu and Hub.chMu are never held together, and unsubscribe takes Hub.mu, subscription.mu
-// and each state.mu one after the other, never nested.
+// and each state.mu one after the other, never nested. Because unsubscribe waits on
+// subscription.mu for a running Deliver, its caller must not hold a lock Deliver takes (the
+// session calls it outside its own mutex).
 //
 // Deliver runs under state.mu and subscription.mu, which is why it must not block and must not
 // call back into the hub. That is not I/O under a lock: the session's Deliver is

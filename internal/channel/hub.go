@@ -140,7 +140,8 @@ func randomEpoch() string {
 //
 // unsubscribe ends the subscription. Once it returns, Deliver is not running for it and will
 // not be called for it again. It may be called more than once, from any goroutine, but not
-// from inside Deliver.
+// from inside Deliver, nor while holding a lock that Deliver takes: it waits for a Deliver that
+// is running to return.
 //
 // p must come from ParsePattern: Subscribe panics on the zero Pattern or a nil Subscriber.
 func (h *Hub) Subscribe(s Subscriber, sub string, p Pattern) (pos wire.Position, unsubscribe func()) {

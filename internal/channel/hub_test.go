@@ -3,6 +3,7 @@ package channel
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -458,7 +459,7 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 		}
 		_, unsub := h.Subscribe(s, "s", mustPattern(t, glob, ""))
 		for before.Load() == 0 {
-			// Wait until it is receiving, so the unsubscribe races a live publisher.
+			runtime.Gosched() // wait until it is receiving, so the unsubscribe races a live publisher
 		}
 		unsub()
 		ended.Store(true)
