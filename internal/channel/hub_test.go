@@ -429,6 +429,16 @@ func TestOrderUnderConcurrentPublishers(t *testing.T) {
 // once it returns, Deliver is never called for the subscription again.
 func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 	h := New(Config{})
+	// Padding ahead of the subscription under test in its group, so a publish spends a while
+	// delivering to others between collecting it and reaching it: the window unsubscribe must
+	// close.
+	noop := subscriberFunc(func(string, *Publication) {})
+	for _, glob := range []string{"rooms/1", "rooms/*"} {
+		for range 1000 {
+			_, u := h.Subscribe(noop, "pad", mustPattern(t, glob, ""))
+			defer u()
+		}
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -443,7 +453,7 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 			}
 		})
 	}
-	for round := range 200 {
+	for round := range 50 {
 		var ended atomic.Bool
 		var late, before atomic.Int64
 		s := subscriberFunc(func(string, *Publication) {
@@ -453,7 +463,7 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 				before.Add(1)
 			}
 		})
-		glob := "rooms/**"
+		glob := "rooms/*"
 		if round%2 == 0 {
 			glob = "rooms/1"
 		}
@@ -470,9 +480,6 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	if s := h.Stats(); s.Channels != 0 || s.Subscriptions != 0 {
-		t.Errorf("stats %+v, want everything gone", s)
-	}
 }
 
 // TestSubscribeIsLiveFromPos subscribes exactly while a publisher runs: each subscription
@@ -504,6 +511,10 @@ func TestSubscribeIsLiveFromPos(t *testing.T) {
 		r := &recorder{}
 		pos, u := h.Subscribe(r, "s", mustPattern(t, "c", ""))
 		js = append(js, joined{pos, r, u})
+		// Let the publisher move on, so each subscription joins a different head.
+		for head, _ := h.Head("c"); head.Offset <= pos.Offset; head, _ = h.Head("c") {
+			runtime.Gosched()
+		}
 	}
 	close(stop)
 	wg.Wait()
@@ -533,7 +544,7 @@ func TestChurn(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			var held []func()
-			for i := range 400 {
+			for i := range 2000 {
 				switch (i + w) % 3 {
 				case 0:
 					_, u := h.Subscribe(&recorder{}, "s", mustPattern(t, globs[(i*7+w)%len(globs)], ""))
