@@ -37,11 +37,11 @@
 // under the same token stayed; never for every channel ever published to.
 //
 // The price is that a forgotten channel's next publication starts a new epoch at offset 1. A
-// client that resumes with a position from the old epoch gets a resync with reason
-// stream_reset rather than a replay; without history there was nothing to replay anyway,
-// and no subscriber could have missed a publication of the old epoch while it held the state.
-// A subscription that keeps receiving from a channel never sees its epoch change, except at
-// wire.MaxSafeOffset.
+// client that comes back with a position from the old epoch is told its view went stale (the
+// session answers a resume across epochs with a resync of reason stream_reset), and that is the
+// truth: what was published while nobody on this node held the channel reached nobody and was
+// not kept. A subscription that keeps receiving from a channel never sees its epoch change,
+// except at wire.MaxSafeOffset.
 //
 // The state is per node: two nodes give the same channel different epochs. Offsets that agree
 // across nodes need a shared store, which is not this package's business.
@@ -57,7 +57,8 @@
 //
 //   - state.mu, one per channel: its epoch, its offset and its holders. A publish holds it from
 //     assigning the offset to its last Deliver, so publications to one channel reach every
-//     subscriber in offset order. Publications to different channels take different locks and
+//     subscriber in offset order, and an exact Subscribe holds it while it joins, so it joins
+//     between two publications. Publications to different channels take different locks and
 //     run in parallel.
 //   - Hub.mu (RWMutex): the subscription index. A publish holds it shared only while it
 //     collects the matching subscriptions into a pooled slice; Subscribe and unsubscribe hold

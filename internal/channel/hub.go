@@ -199,9 +199,10 @@ func (h *Hub) drop(b *bucket) {
 	b.channels = nil
 	b.chMu.Unlock()
 	for st := range held {
-		// st cannot have been forgotten before this: holders[b.depth] names b, or names a
-		// newer bucket whose own drop released it, in which case st may be a forgotten state
-		// that no map reaches; release handles that.
+		// st is normally still held by b, so still in Hub.channels and safe to count in. It
+		// may instead have been let go since, by a publish no pattern matched or by a newer
+		// bucket's drop, and forgotten: then nothing else reaches it, and release's identity
+		// check makes this visit harmless.
 		st.refs.Add(1)
 		st.mu.Lock()
 		if st.holders[b.depth] == b {
@@ -222,8 +223,9 @@ func (h *Hub) drop(b *bucket) {
 // follow its grammar. data must be valid JSON (wire.Decode's Publish.Data is; an HTTP handler
 // must check); nil is sent as null.
 //
-// A publication that no subscription on this node matches still gets a position, in an epoch
-// that the channel's state is forgotten with at once: see the package documentation.
+// A publication to a channel that no subscription on this node matches still gets a position,
+// and the channel's state, epoch included, is then forgotten at once: see the package
+// documentation.
 func (h *Hub) Publish(channel, event string, data json.RawMessage) (wire.Position, error) {
 	if e := checkName(channel); e != nil {
 		return wire.Position{}, e
