@@ -29,7 +29,7 @@ const MaxTokenBytes = 16 << 10
 // Config says which tokens a Verifier accepts. The zero value accepts nothing, and fails
 // Validate: set at least one key source, or AllowAnonymous.
 type Config struct {
-	// Secrets are HS256/HS384/HS512 shared secrets (config auth.secrets, env HERALD_AUTH_SECRET),
+	// Secrets are HS256/HS384/HS512 shared secrets (config auth.secrets, env HERALD_AUTH_SECRETS),
 	// used as raw bytes. Several may be listed to rotate: a token verifies if any one matches.
 	// Each must be at least MinSecretBytes long; HS384 and HS512 tokens are only checked against
 	// secrets at least 48 and 64 bytes long.
@@ -101,7 +101,7 @@ func (c Config) Validate() error {
 			Detail: "nothing to verify tokens with: auth.secrets, auth.public_keys and " +
 				"auth.jwks_file are all empty, and auth.allow_anonymous is false, so no client " +
 				"could ever connect",
-			Fix: "set auth.secrets (env HERALD_AUTH_SECRET) to your token issuer's HS256 secret, " +
+			Fix: "set auth.secrets (env HERALD_AUTH_SECRETS) to your token issuer's HS256 secret, " +
 				"or auth.public_keys or auth.jwks_file to its public keys; or set " +
 				"auth.allow_anonymous: true to let clients in without a token",
 		}

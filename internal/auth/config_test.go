@@ -25,7 +25,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{
 			"nothing configured", Config{}, "auth",
-			[]string{"auth.secrets", "auth.public_keys", "auth.jwks_file", "auth.allow_anonymous", "HERALD_AUTH_SECRET"},
+			[]string{"auth.secrets", "auth.public_keys", "auth.jwks_file", "auth.allow_anonymous", "HERALD_AUTH_SECRETS"},
 		},
 		{"anonymous only", Config{AllowAnonymous: true}, "", nil},
 		{"one secret", Config{Secrets: []string{hsSecret()}}, "", nil},

@@ -136,7 +136,7 @@ func (c *Config) Validate() error {
 		return bad("the silence timeout must be longer than the status interval", "raise changefeed.silence_timeout above changefeed.status_interval")
 	}
 	if d.BackoffMax < d.BackoffMin {
-		return bad("backoff max is below backoff min", "raise changefeed.backoff_max")
+		return bad("backoff max is below backoff min", "raise Config.BackoffMax above Config.BackoffMin")
 	}
 	if _, err := ConnConfig(d.DatabaseURL, true); err != nil {
 		return err
