@@ -3,10 +3,14 @@ GO       ?= go
 FUZZTIME ?= 3s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: run test build test-go fuzz-short bench bench-changefeed clean
+.PHONY: run test build test-go fuzz-short bench bench-changefeed demo-tail clean
 
-## run: start a private Postgres with a demo table that changes now and then, and stream its changes
+## run: herald dev: a node with a throwaway Postgres and a demo table that changes every few seconds
 run: build
+	bin/herald dev
+
+## demo-tail: the changefeed alone: a private Postgres whose demo table is streamed by herald tail
+demo-tail: build
 	scripts/demo
 
 ## test: every test, against a private Postgres and Redis that scripts/testenv starts and stops
