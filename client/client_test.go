@@ -1,0 +1,429 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+func TestDialWelcome(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c := dial(t, n)
+	w := c.Welcome()
+	if w.Version != 1 || w.Session == "" || w.Limits.MaxSubscriptions != 8 || w.Limits.MaxFrameBytes <= 0 {
+		t.Errorf("welcome = %+v", w)
+	}
+	if w.ExpiresIn < 59*time.Minute || w.ExpiresIn > time.Hour {
+		t.Errorf("welcome expires_in = %v, want about 1h", w.ExpiresIn)
+	}
+	if rtt, err := c.Ping(ctxFor(t, 5*time.Second)); err != nil || rtt <= 0 {
+		t.Errorf("Ping = %v, %v", rtt, err)
+	}
+}
+
+func TestSubscribePublishReceive(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c := dial(t, n)
+	ctx := ctxFor(t, 5*time.Second)
+	pos, err := c.Subscribe(ctx, Subscription{Sub: "chat", Channel: "rooms/1"})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	if !pos.IsChannel() {
+		t.Errorf("subscribed pos = %v, want a channel position", pos)
+	}
+	if got, ok := c.Position("chat"); !ok || got != pos {
+		t.Errorf("Position before data = %v, %v; want %v", got, ok, pos)
+	}
+
+	// Through the HTTP API, as a backend publishes.
+	pub, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: "rooms/1", Event: "chat", Data: json.RawMessage(`{"text": "hi"}`)})
+	if err != nil {
+		t.Fatalf("PublishHTTP: %v", err)
+	}
+	f, raw := next(t, c)
+	want := &Message{Sub: "chat", Pos: pub, Channel: "rooms/1", Event: "chat", Data: json.RawMessage(`{"text":"hi"}`)}
+	if diff := cmp.Diff(want, f); diff != "" {
+		t.Errorf("message (-want +got):\n%s", diff)
+	}
+	if !json.Valid(raw) || !strings.HasPrefix(string(raw), `{"type":"message","sub":"chat",`) {
+		t.Errorf("raw = %s", raw)
+	}
+	if got, _ := c.Position("chat"); got != pub {
+		t.Errorf("Position = %v, want %v", got, pub)
+	}
+
+	// Over the connection: a publisher subscribed to the channel receives its own publication.
+	pub2, err := c.Publish(ctx, Publication{Channel: "rooms/1", Data: json.RawMessage(`[1,2]`)})
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if pub2.Epoch != pub.Epoch || pub2.Offset != pub.Offset+1 {
+		t.Errorf("second publication at %v, want offset %d of %s", pub2, pub.Offset+1, pub.Epoch)
+	}
+	f, _ = next(t, c)
+	if m, ok := f.(*Message); !ok || m.Pos != pub2 || string(m.Data) != `[1,2]` {
+		t.Errorf("second frame = %#v", f)
+	}
+
+	if err := c.Unsubscribe(ctx, "chat"); err != nil {
+		t.Fatalf("Unsubscribe: %v", err)
+	}
+	if _, ok := c.Position("chat"); ok {
+		t.Error("Position still known after Unsubscribe")
+	}
+	if _, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: "rooms/1", Data: json.RawMessage(`3`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ping(ctx); err != nil { // the pong follows anything queued before it
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if f, _, err := c.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("after unsubscribe Next = %v, %v; want nothing", f, err)
+	}
+	// A Next whose context ended leaves the connection usable.
+	if _, err := c.Ping(ctx); err != nil {
+		t.Errorf("Ping after a timed-out Next: %v", err)
+	}
+}
+
+func TestResyncOnResume(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c := dial(t, n)
+	ctx := ctxFor(t, 5*time.Second)
+	// A channel nobody subscribes to is forgotten, and its next publication starts a new
+	// epoch: a keeper holds its stream while the test publishes.
+	keeper := dial(t, n)
+	if _, err := keeper.Subscribe(ctx, Subscription{Sub: "keep", Channel: "feed"}); err != nil {
+		t.Fatal(err)
+	}
+	var last Position
+	for i := 0; i < 3; i++ {
+		p, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: "feed", Data: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = p
+	}
+	tests := []struct {
+		name string
+		from Position
+		want *Resync
+	}{
+		{"history expired", wire.ChannelPosition(last.Epoch, 1),
+			&Resync{Sub: "a", First: wire.ChannelPosition(last.Epoch, 2), Last: last, Lost: 2, Reason: wire.ResyncHistoryExpired}},
+		{"stream reset", wire.ChannelPosition("another-epoch", 7),
+			&Resync{Sub: "b", Last: last, Reason: wire.ResyncStreamReset}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pos, err := c.Subscribe(ctx, Subscription{Sub: tt.want.Sub, Channel: "feed", From: tt.from})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pos != tt.from {
+				t.Errorf("subscribed pos = %v, want the from %v", pos, tt.from)
+			}
+			f, raw := next(t, c)
+			if diff := cmp.Diff(tt.want, f); diff != "" {
+				t.Errorf("resync (-want +got):\n%s\nraw %s", diff, raw)
+			}
+			if got, _ := c.Position(tt.want.Sub); got != last {
+				t.Errorf("Position after resync = %v, want its last %v", got, last)
+			}
+		})
+	}
+}
+
+func TestRequestErrors(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c := dial(t, n)
+	ctx := ctxFor(t, 5*time.Second)
+	if _, err := c.Subscribe(ctx, Subscription{Sub: "dup", Channel: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		do    func() error
+		code  Code
+		field string
+		temp  bool
+	}{
+		{"duplicate subscription", func() error {
+			_, err := c.Subscribe(ctx, Subscription{Sub: "dup", Channel: "b"})
+			return err
+		}, wire.CodeDuplicateSubscription, "sub", false},
+		{"unknown table", func() error {
+			_, err := c.Subscribe(ctx, Subscription{Sub: "t", Table: "public.nope"})
+			return err
+		}, wire.CodeUnknownTable, "table", false},
+		{"bad channel", func() error {
+			_, err := c.Subscribe(ctx, Subscription{Sub: "x", Channel: "a//b"})
+			return err
+		}, wire.CodeBadFrame, "channel", false},
+		{"bad sub id", func() error {
+			_, err := c.Subscribe(ctx, Subscription{Sub: "has space", Channel: "a"})
+			return err
+		}, wire.CodeBadFrame, "sub", false},
+		{"unsubscribe unknown", func() error { return c.Unsubscribe(ctx, "never") }, wire.CodeNotFound, "sub", false},
+		{"publish a pattern", func() error {
+			_, err := c.Publish(ctx, Publication{Channel: "a/**", Data: json.RawMessage(`1`)})
+			return err
+		}, wire.CodeBadFrame, "channel", false},
+		{"API key wrong", func() error {
+			_, err := PublishHTTP(ctx, nil, n.http, "wrong-key-0123456789", Publication{Channel: "a", Data: json.RawMessage(`1`)})
+			return err
+		}, wire.CodeUnauthorized, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.do()
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v (%T), want an *Error", err, err)
+			}
+			if e.Code != tt.code || e.Field != tt.field || e.Status != tt.code.Status() || e.Temporary() != tt.temp {
+				t.Errorf("err = %+v, want code %s field %q status %d temporary %v", e, tt.code, tt.field, tt.code.Status(), tt.temp)
+			}
+			if e.Message == "" || e.Hint() == "" || !strings.Contains(e.Error(), string(tt.code)) {
+				t.Errorf("err %q: message %q hint %q", e.Error(), e.Message, e.Hint())
+			}
+		})
+	}
+	// The connection survives refusals.
+	if _, err := c.Ping(ctx); err != nil {
+		t.Errorf("Ping after refusals: %v", err)
+	}
+}
+
+func TestPublishNotAllowed(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Session.ClientPublish = false
+	n := startNode(t, cfg)
+	c := dial(t, n)
+	_, err := c.Publish(ctxFor(t, 5*time.Second), Publication{Channel: "a", Data: json.RawMessage(`1`)})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != wire.CodePublishNotAllowed || e.Op != "publish" {
+		t.Errorf("Publish = %v, want publish_not_allowed", err)
+	}
+}
+
+func TestDialRefused(t *testing.T) {
+	n := startNode(t, baseConfig())
+	tests := []struct {
+		name     string
+		token    string
+		code     CloseCode
+		reaction Reaction
+		cause    Code
+	}{
+		{"no token", "", wire.CloseAuthFailed, Reauthenticate, wire.CodeUnauthorized},
+		{"bad token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl", wire.CloseAuthFailed, Reauthenticate, wire.CodeUnauthorized},
+		{"expired", token(t, "u", time.Now().Add(-time.Hour)), wire.CloseTokenExpired, Reauthenticate, wire.CodeTokenExpired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Dial(ctxFor(t, 5*time.Second), n.url, Options{Token: tt.token})
+			if err == nil {
+				c.Close()
+				t.Fatal("Dial succeeded")
+			}
+			var ce *CloseError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v (%T), want a *CloseError", err, err)
+			}
+			if ce.Code != tt.code || ce.Reaction() != tt.reaction {
+				t.Errorf("close %d %s (%s), want %d (%s)", ce.Code, ce.Code, ce.Reaction(), tt.code, tt.reaction)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Code != tt.cause || e.Op != "connect" {
+				t.Errorf("cause = %v, want %s", e, tt.cause)
+			}
+			if ce.Hint() == "" || !strings.Contains(err.Error(), tt.code.String()) {
+				t.Errorf("error %q, hint %q", err, ce.Hint())
+			}
+		})
+	}
+	t.Run("not a Herald endpoint", func(t *testing.T) {
+		_, err := Dial(ctxFor(t, 5*time.Second), n.http+"/healthz", Options{})
+		if err == nil {
+			t.Fatal("Dial succeeded")
+		}
+	})
+}
+
+func TestAnonymous(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Auth.AllowAnonymous = true
+	n := startNode(t, cfg)
+	c, err := Dial(ctxFor(t, 5*time.Second), n.http, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !c.Welcome().ExpiresAt.IsZero() {
+		t.Errorf("anonymous welcome expires at %v", c.Welcome().ExpiresAt)
+	}
+}
+
+func TestServerShutdownIsACloseToReconnect(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c := dial(t, n)
+	ctx := ctxFor(t, 10*time.Second)
+	if _, err := c.Subscribe(ctx, Subscription{Sub: "s", Channel: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: "a", Data: json.RawMessage(`1`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ping(ctx); err != nil { // the message is queued for Next by now
+		t.Fatal(err)
+	}
+	n.halt(t)
+
+	// What was queued still comes first; then the close.
+	if f, _, err := c.Next(ctx); err != nil || f.Type() != wire.FrameMessage {
+		t.Fatalf("Next = %v, %v; want the queued message", f, err)
+	}
+	_, _, err := c.Next(ctx)
+	var ce *CloseError
+	if !errors.As(err, &ce) || ce.Code != wire.CloseShuttingDown || ce.Reaction() != Reconnect {
+		t.Fatalf("Next = %v, want close 1012 shutting_down (reconnect)", err)
+	}
+	if !strings.HasPrefix(ce.Reason, "shutting_down") {
+		t.Errorf("reason %q", ce.Reason)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Error("Done not closed")
+	}
+	if !errors.As(c.Err(), &ce) {
+		t.Errorf("Err = %v", c.Err())
+	}
+	if _, err := c.Ping(ctx); !errors.As(err, &ce) {
+		t.Errorf("Ping after the close = %v, want the *CloseError", err)
+	}
+}
+
+func TestClose(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c := dial(t, n)
+	ctx := ctxFor(t, 5*time.Second)
+	if _, err := c.Subscribe(ctx, Subscription{Sub: "s", Channel: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	// A Next waiting when Close is called returns.
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := c.Next(ctx)
+		got <- err
+	}()
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-got; !errors.Is(err, ErrClosed) {
+		t.Errorf("waiting Next = %v, want ErrClosed", err)
+	}
+	if err := c.Close(); !errors.Is(err, ErrClosed) {
+		t.Errorf("second Close = %v, want ErrClosed", err)
+	}
+	if _, err := c.Subscribe(ctx, Subscription{Sub: "t", Channel: "a"}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Subscribe after Close = %v", err)
+	}
+	// The server saw a normal close.
+	deadline := time.Now().Add(5 * time.Second)
+	for n.srv.Closes()[wire.CloseNormal] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("server closes = %v, want one normal", n.srv.Closes())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCloseWithAFullQueue closes a connection whose reader waits on a full queue.
+func TestCloseWithAFullQueue(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c, err := Dial(ctxFor(t, 5*time.Second), n.url, Options{Token: token(t, "u", time.Now().Add(time.Hour)), Buffer: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 5*time.Second)
+	if _, err := c.Subscribe(ctx, Subscription{Sub: "s", Channel: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: "a", Data: json.RawMessage(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let the reader block on the queue
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}
+
+func TestEndpoint(t *testing.T) {
+	tests := []struct{ in, ws, http string }{
+		{"ws://127.0.0.1:8080", "ws://127.0.0.1:8080/v1/ws", "http://127.0.0.1:8080/v1/publish"},
+		{"http://h:1/", "ws://h:1/v1/ws", "http://h:1/v1/publish"},
+		{"https://h", "wss://h/v1/ws", "https://h/v1/publish"},
+		{"wss://h/v1/ws", "wss://h/v1/ws", "https://h/v1/publish"},
+		{"h:8080", "ws://h:8080/v1/ws", "http://h:8080/v1/publish"},
+		{"ws://h/herald/v1/ws?x=1", "ws://h/herald/v1/ws?x=1", "http://h/v1/publish"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			ws, err := Endpoint(tt.in, "/v1/ws")
+			if err != nil || ws != tt.ws {
+				t.Errorf("Endpoint = %q, %v; want %q", ws, err, tt.ws)
+			}
+			h, err := httpEndpoint(tt.in, "/v1/publish")
+			if err != nil || h != tt.http {
+				t.Errorf("httpEndpoint = %q, %v; want %q", h, err, tt.http)
+			}
+		})
+	}
+	for _, bad := range []string{"ftp://h", "ws://", "://"} {
+		if _, err := Endpoint(bad, "/v1/ws"); err == nil {
+			t.Errorf("Endpoint(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestCloseErrorText(t *testing.T) {
+	tests := []struct {
+		err  *CloseError
+		want string
+	}{
+		{&CloseError{Code: 4000, Reason: "too_slow: queue full"}, "connection closed: 4000 too_slow (reconnect): too_slow: queue full"},
+		{&CloseError{Code: 4101, Cause: &Error{Op: "connect", Code: "unauthorized", Status: 401, Message: "bad signature"}},
+			"connection closed: 4101 auth_failed (reauthenticate); connect: unauthorized (401): bad signature"},
+		{&CloseError{Code: 4999}, "connection closed: 4999 close_4999 (stop)"},
+		{&CloseError{Code: 1006, Err: errors.New("EOF")}, "connection closed: 1006 close_1006 (reconnect): EOF"},
+	}
+	for _, tt := range tests {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("Error() = %q, want %q", got, tt.want)
+		}
+	}
+	if h := (&Error{Code: "brand_new", Status: 503}).Hint(); h != "retry with backoff" {
+		t.Errorf("hint for an unknown 5xx = %q", h)
+	}
+}
+

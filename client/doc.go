@@ -1,0 +1,39 @@
+// Package client is Herald's Go client: one WebSocket connection speaking protocol herald.v1
+// (docs/PROTOCOL.md), with requests that wait for their replies and a reader of the data frames
+// the server pushes.
+//
+// # Concurrency
+//
+// A Conn runs one reader goroutine. It reads every frame, hands each reply to the request
+// waiting for it (matched by request id), and queues data frames (change, message, resync,
+// unprompted error, expiring, an unsubscribed the server chose) for Next, in the order the
+// server sent them. Every method of Conn is safe for concurrent use.
+//
+// The queue for Next is bounded (Options.Buffer). When it is full the reader stops reading, so
+// the server's own queue for the connection fills, and the server replaces data with a resync
+// marker and, if it persists, closes with 4000 too_slow. Replies travel behind the data on the
+// same connection, so a request made while nobody calls Next can wait behind a full queue:
+// call Next from its own goroutine while data flows.
+//
+// # Lifecycle
+//
+// Dial upgrades, sends connect, and returns once the welcome arrived. The connection lives
+// until Close, until the server closes it, or until it drops. Then Next returns, once the
+// queued frames are read, a *CloseError carrying the close code, its Reaction and the error
+// frame that explained it, if one did; pending requests return the same error. Close sends
+// close 1000 and returns once the reader has ended.
+//
+// # Reconnecting
+//
+// A Conn does not reconnect. It records, per subscription, the position of the last frame Next
+// returned (Conn.Position), which is what a resume needs. The next step is a reconnecting
+// wrapper: on a *CloseError whose Reaction is Reconnect (or Reauthenticate, with a fresh
+// token), wait with exponential backoff and full jitter, Dial again, and Subscribe to each
+// subscription with From set to its Position, as docs/PROTOCOL.md "Reconnecting" describes.
+//
+// # Types
+//
+// The frame types are Herald's internal wire package's; this package re-exports the ones a
+// client meets under its own names (Change, Message, Resync, ...) so code outside the module
+// can name them.
+package client

@@ -1,0 +1,133 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// Subscription is what Subscribe asks for: a table's changes or a channel's messages. Exactly
+// one of Table and Channel is set.
+type Subscription struct {
+	// Sub is this connection's name for the subscription; every frame about it carries it.
+	// 1 to 64 printable ASCII characters, no spaces; unique on the connection.
+	Sub string
+
+	Table   string          // schema-qualified: "public.items"
+	Filter  json.RawMessage // the filter language; nil: every row
+	Columns []string        // nil: every column
+
+	Channel string // a channel, or a pattern: "rooms/1", "docs/alice/**"
+	Event   string // deliver only this event name; empty: every event
+
+	// From resumes after this position, the last one received (Conn.Position); zero starts
+	// at the stream's end.
+	From Position
+}
+
+// Subscribe subscribes and waits until the subscription is live, returning the position it
+// starts after. A refusal is an *Error (unknown_table, bad_filter, duplicate_subscription,
+// ...). The subscription's frames arrive through Next; a resumed one may start with a resync.
+func (c *Conn) Subscribe(ctx context.Context, s Subscription) (Position, error) {
+	id := c.nextID()
+	f := &wire.Subscribe{ID: id, Sub: s.Sub, Table: s.Table, Filter: s.Filter, Columns: s.Columns,
+		Channel: s.Channel, Event: s.Event, From: s.From}
+	r, err := c.request(ctx, id, f)
+	if err != nil {
+		return Position{}, fmt.Errorf("subscribe %s: %w", s.Sub, err)
+	}
+	switch r := r.(type) {
+	case *wire.Subscribed:
+		return r.Pos, nil
+	case *wire.Error:
+		return Position{}, newError("subscribe", s.Sub, r)
+	}
+	return Position{}, unexpected("subscribe", r)
+}
+
+// Unsubscribe ends a subscription and waits for the server to confirm it; no frame of it
+// follows. A subscription this connection does not have is an *Error with code not_found.
+func (c *Conn) Unsubscribe(ctx context.Context, sub string) error {
+	id := c.nextID()
+	r, err := c.request(ctx, id, &wire.Unsubscribe{ID: id, Sub: sub})
+	if err != nil {
+		return fmt.Errorf("unsubscribe %s: %w", sub, err)
+	}
+	switch r := r.(type) {
+	case *wire.Unsubscribed:
+		return nil
+	case *wire.Error:
+		return newError("unsubscribe", sub, r)
+	}
+	return unexpected("unsubscribe", r)
+}
+
+// Publication is one publish: a channel (a name, not a pattern), an optional event name, and
+// any JSON value but null.
+type Publication struct {
+	Channel string
+	Event   string
+	Data    json.RawMessage
+}
+
+// Publish publishes over the connection and returns the publication's position. The server
+// must allow clients to publish (channels.client_publish); otherwise it is an *Error with code
+// publish_not_allowed, and PublishHTTP with an API key is the way.
+func (c *Conn) Publish(ctx context.Context, p Publication) (Position, error) {
+	id := c.nextID()
+	r, err := c.request(ctx, id, &wire.Publish{ID: id, Channel: p.Channel, Event: p.Event, Data: p.Data})
+	if err != nil {
+		return Position{}, fmt.Errorf("publish to %s: %w", p.Channel, err)
+	}
+	switch r := r.(type) {
+	case *wire.Published:
+		return r.Pos, nil
+	case *wire.Error:
+		return Position{}, newError("publish", "", r)
+	}
+	return Position{}, unexpected("publish", r)
+}
+
+// Ping sends a ping frame and waits for its pong: the application-level liveness check. It
+// returns the round trip. A missing pong within a few seconds means the connection is dead:
+// close it and reconnect.
+func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
+	id := c.nextID()
+	start := time.Now()
+	r, err := c.request(ctx, id, &wire.Ping{ID: id})
+	if err != nil {
+		return 0, fmt.Errorf("ping: %w", err)
+	}
+	switch r := r.(type) {
+	case *wire.Pong:
+		return time.Since(start), nil
+	case *wire.Error:
+		return 0, newError("ping", "", r)
+	}
+	return 0, unexpected("ping", r)
+}
+
+// Refresh replaces the connection's token, keeping every subscription, and returns when the
+// new token expires (zero when it does not). Send it when Next returns an *Expiring. A refused
+// token is an *Error; the old token stays in force until it expires.
+func (c *Conn) Refresh(ctx context.Context, token string) (time.Time, error) {
+	id := c.nextID()
+	r, err := c.request(ctx, id, &wire.Refresh{ID: id, Token: token})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("refresh: %w", err)
+	}
+	switch r := r.(type) {
+	case *wire.Refreshed:
+		return r.ExpiresAt, nil
+	case *wire.Error:
+		return time.Time{}, newError("refresh", "", r)
+	}
+	return time.Time{}, unexpected("refresh", r)
+}
+
+func unexpected(op string, f wire.Frame) error {
+	return fmt.Errorf("%s: the server answered with a %s frame", op, f.Type())
+}
