@@ -426,4 +426,3 @@ func TestCloseErrorText(t *testing.T) {
 		t.Errorf("hint for an unknown 5xx = %q", h)
 	}
 }
-
