@@ -96,20 +96,27 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 func printDevBanner(w io.Writer, addr, apiKey string, db *devpg.Server) {
 	http := "http://" + addr
+	// herald sub's default --url is this command's default address.
+	sub := "herald sub"
+	if addr != "127.0.0.1:8080" {
+		sub += " --url ws://" + addr
+	}
 	fmt.Fprintf(w, `
 Herald is running on %s (anonymous connections and client publishing allowed).
 
+  Subscribe:  %s --channel demo/chat
   WebSocket:  ws://%s/v1/ws   (subprotocol herald.v1; first frame {"type":"connect","id":"1"})
   SSE:        curl -N '%s/v1/sse?sub=chat&channel=demo/chat'
   Publish:    curl -X POST %s/v1/publish -H 'Authorization: Bearer %s' \
                 -d '{"channel":"demo/chat","data":{"text":"hello"}}'
-`, http, addr, http, http, apiKey)
+`, http, sub, addr, http, http, apiKey)
 	if db != nil {
 		fmt.Fprintf(w, `
   Postgres:   %s
               table public.items changes every few seconds; watch it with:
+              %s --table public.items
               curl -N '%s/v1/sse?sub=items&table=public.items'
-`, db.URL(), http)
+`, db.URL(), sub, http)
 	}
 	fmt.Fprintln(w, "\nCtrl-C stops it.")
 }

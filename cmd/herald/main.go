@@ -29,6 +29,7 @@ func commands() []command {
 		{"serve", "run a Herald node", runServe},
 		{"dev", "run a node with a throwaway Postgres and a demo table", runDev},
 		{"tail", "stream decoded Postgres changes as JSON lines", runTail},
+		{"sub", "subscribe to a table or channel and print each frame as a JSON line", runSub},
 		{"version", "print the version", runVersion},
 	}
 }

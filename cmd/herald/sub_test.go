@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/client"
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/server"
+	"github.com/heraldrt/herald/internal/session"
+	"go.uber.org/goleak"
+)
+
+const subTestAPIKey = "sub-test-api-key-0123456789"
+
+// noLeaks checks, after every other cleanup of t, that t left no goroutine behind.
+func noLeaks(t *testing.T) {
+	t.Helper()
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}
+
+// startNode runs an in-process node with anonymous connections and an API key.
+func startNode(t *testing.T) (base string) {
+	t.Helper()
+	srv, err := server.New(server.Config{
+		Listen:          "127.0.0.1:0",
+		ShutdownTimeout: 5 * time.Second,
+		APIKeys:         []string{subTestAPIKey},
+		Auth:            auth.Config{AllowAnonymous: true},
+		Session:         session.Config{MaxSubscriptions: 4},
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server Run: %v", err)
+		}
+	})
+	select {
+	case <-srv.Listening():
+	case err := <-done:
+		t.Fatalf("server Run: %v", err)
+	}
+	return srv.Addr()
+}
+
+// subProc is a herald sub running in-process.
+type subProc struct {
+	stdout, stderr *lockedBuffer
+	cancel         context.CancelFunc
+	done           chan error
+}
+
+func startSub(t *testing.T, args ...string) *subProc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &subProc{stdout: &lockedBuffer{b: &bytes.Buffer{}}, stderr: &lockedBuffer{b: &bytes.Buffer{}}, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- runSub(ctx, args, p.stdout, p.stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			t.Error("herald sub did not return within 10s of Ctrl-C")
+		}
+		if t.Failed() {
+			t.Logf("stderr of herald sub %v:\n%s", args, p.stderr.String())
+		}
+	})
+	return p
+}
+
+func TestSubPrintsChannelMessages(t *testing.T) {
+	noLeaks(t)
+	addr := startNode(t)
+	t.Setenv("HERALD_URL", "ws://"+addr) // the default of --url
+	p := startSub(t, "--channel", "demo/chat", "--sub", "c1")
+	waitUntil(t, "subscribed on stderr", 5*time.Second, func() bool {
+		return strings.Contains(p.stderr.String(), `subscribed "c1" to channel demo/chat`)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var pos []client.Position
+	for _, data := range []string{`{"text":"hello"}`, `{"text":"again"}`} {
+		p, err := client.PublishHTTP(ctx, nil, "http://"+addr, subTestAPIKey, client.Publication{Channel: "demo/chat", Event: "say", Data: json.RawMessage(data)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos = append(pos, p)
+	}
+	waitUntil(t, "two lines on stdout", 5*time.Second, func() bool { return strings.Count(p.stdout.String(), "\n") >= 2 })
+
+	lines := strings.Split(strings.TrimSuffix(p.stdout.String(), "\n"), "\n")
+	for i, l := range lines {
+		var m struct {
+			Type, Sub, Channel, Event string
+			Pos                       client.Position
+			Data                      json.RawMessage
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %d is not JSON: %q", i, l)
+		}
+		if m.Type != "message" || m.Sub != "c1" || m.Channel != "demo/chat" || m.Event != "say" || m.Pos != pos[i] {
+			t.Errorf("line %d = %s", i, l)
+		}
+	}
+	if !strings.Contains(lines[0], `"data":{"text":"hello"}`) {
+		t.Errorf("first line %s lacks the data", lines[0])
+	}
+
+	p.cancel() // Ctrl-C
+	if err := <-p.done; !errors.Is(err, context.Canceled) {
+		t.Errorf("after Ctrl-C runSub = %v, want context.Canceled (exit 0)", err)
+	}
+	p.done <- nil
+}
+
+func TestSubCountAndResync(t *testing.T) {
+	noLeaks(t)
+	addr := startNode(t)
+	var out, errOut bytes.Buffer
+	// A from in another epoch: the stream was reset since, so a resync comes first.
+	err := runSub(context.Background(), []string{"--url", "http://" + addr, "--channel", "x", "--from", "gone:4", "--count", "1"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("runSub = %v; stderr:\n%s", err, errOut.String())
+	}
+	if !strings.HasPrefix(out.String(), `{"type":"resync","sub":"sub",`) || !strings.Contains(out.String(), `"reason":"stream_reset"`) {
+		t.Errorf("stdout = %q, want one resync line", out.String())
+	}
+	if !strings.Contains(errOut.String(), "re-read your view") {
+		t.Errorf("stderr = %q, want the resync explained", errOut.String())
+	}
+}
+
+func TestSubExitCodes(t *testing.T) {
+	noLeaks(t)
+	addr := startNode(t)
+	t.Setenv("HERALD_URL", "")
+	t.Setenv("HERALD_TOKEN", "")
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no table or channel", []string{"sub"}, 2, "give one of --table and --channel"},
+		{"both", []string{"sub", "--table", "public.items", "--channel", "a"}, 2, "give one of"},
+		{"bad filter", []string{"sub", "--table", "public.items", "--filter", "{"}, 2, "not valid JSON"},
+		{"event with a table", []string{"sub", "--table", "public.items", "--event", "e"}, 2, "--event goes with --channel"},
+		{"from of the wrong kind", []string{"sub", "--channel", "a", "--from", "16/B374D848"}, 2, "table position"},
+		{"bad from", []string{"sub", "--channel", "a", "--from", "nope"}, 2, "--from"},
+		{"unknown flag", []string{"sub", "--nope"}, 2, "flag provided but not defined"},
+		{"refused subscription", []string{"sub", "--url", addr, "--table", "public.nope"}, 1, "what to do: fix the table name"},
+		{"bad channel", []string{"sub", "--url", addr, "--channel", "a//b"}, 1, "bad_frame (400) field channel"},
+		{"no server", []string{"sub", "--url", "ws://127.0.0.1:1", "--channel", "a"}, 1, "connect to ws://127.0.0.1:1"},
+		{"auth refused", []string{"sub", "--url", addr, "--channel", "a", "--token", "not-a-jwt"}, 1, "4101 auth_failed (reauthenticate)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if got := run(tt.args, &out, &errOut); got != tt.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", got, tt.code, errOut.String())
+			}
+			if !strings.Contains(errOut.String(), tt.stderr) {
+				t.Errorf("stderr %q lacks %q", errOut.String(), tt.stderr)
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout = %q, want nothing", out.String())
+			}
+		})
+	}
+}
