@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -62,11 +63,14 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 		return &wire.Error{ID: f.ID, Code: wire.CodeNotImplemented, Field: "mode",
 			Message: `mode "single" (acknowledged delivery) is reserved in protocol v1 and not served yet; use "broadcast"`}
 	}
+	kind := wire.FrameMessage
 	if f.Table != "" {
-		return &wire.Error{ID: f.ID, Code: wire.CodeUnknownTable, Field: "table",
-			Message: fmt.Sprintf("table %q is not streamed by this server: table subscriptions need the changefeed (changefeed.database_url) and the table in changefeed.tables", f.Table)}
-	}
-	if s.deps.Channels == nil {
+		kind = wire.FrameChange
+		if s.deps.Tables == nil {
+			return &wire.Error{ID: f.ID, Code: wire.CodeUnknownTable, Field: "table",
+				Message: fmt.Sprintf("table %q is not streamed by this server: table subscriptions need the changefeed (changefeed.database_url) and the table in changefeed.tables", f.Table)}
+		}
+	} else if s.deps.Channels == nil {
 		return &wire.Error{ID: f.ID, Code: wire.CodeUnavailable, Message: "this server does not serve channels"}
 	}
 	s.mu.Lock()
@@ -85,11 +89,22 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	}
 	// The slot is taken before the hub is asked, so a concurrent subscribe with the same sub
 	// cannot slip in; it is live for Deliver from the moment the hub attaches it.
-	su := &subscription{sub: f.Sub, head: wire.AppendDataHead(nil, wire.FrameMessage, f.Sub), unsubscribe: func() {}, pending: true}
+	su := &subscription{sub: f.Sub, head: wire.AppendDataHead(nil, kind, f.Sub), unsubscribe: func() {}, pending: true}
 	s.subs[f.Sub] = su
 	s.mu.Unlock()
 
-	head, unsubscribe, err := s.deps.Channels.Subscribe(s, f.Sub, f.Channel, f.Event)
+	var (
+		head        wire.Position
+		unsubscribe func()
+		err         error
+	)
+	if f.Table != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		head, unsubscribe, err = s.deps.Tables.Subscribe(ctx, s, f)
+		cancel()
+	} else {
+		head, unsubscribe, err = s.deps.Channels.Subscribe(s, f.Sub, f.Channel, f.Event)
+	}
 	if err != nil {
 		s.mu.Lock()
 		if s.subs[f.Sub] == su {
@@ -135,6 +150,17 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 func resumeGap(sub string, from, head wire.Position) *wire.Resync {
 	switch {
 	case from.IsZero() || head.IsZero():
+		return nil
+	case from.IsTable():
+		// No table history is kept yet: every change after from up to the head is lost. A from
+		// past the head is a change this node has not routed yet, and will.
+		if from.LSN < head.LSN || from.LSN == head.LSN && from.Idx > 0 {
+			first := wire.Position{}
+			if from.Idx > 0 {
+				first = wire.TablePosition(from.LSN, from.Idx+1)
+			}
+			return &wire.Resync{Sub: sub, First: first, Last: head, Reason: wire.ResyncHistoryExpired}
+		}
 		return nil
 	case from.Epoch != head.Epoch:
 		return &wire.Resync{Sub: sub, Last: head, Reason: wire.ResyncStreamReset}

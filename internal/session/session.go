@@ -37,11 +37,20 @@ type Channels interface {
 	Publish(channel, event string, data json.RawMessage) (wire.Position, error)
 }
 
+// Tables is the table router as a session uses it.
+type Tables interface {
+	// Subscribe validates and attaches a table subscription, and returns the position it
+	// starts after and how to detach. Errors are *wire.Error.
+	Subscribe(ctx context.Context, s Subscriber, f *wire.Subscribe) (head wire.Position, unsubscribe func(), err error)
+}
+
 // Subscriber is what a producer hands data to: the session itself.
 type Subscriber interface {
 	// Deliver queues one data frame of sub: body is the frame's shared body, pos its
 	// position's text form.
 	Deliver(sub string, body []byte, pos string)
+	// DeliverFrame queues one whole frame of sub (a resync), in order with its data.
+	DeliverFrame(sub string, frame []byte, pos string)
 }
 
 // Verifier checks tokens: auth.Verifier.
@@ -112,6 +121,7 @@ func (c Config) Validate() error {
 // Deps are what sessions use, shared by all of them.
 type Deps struct {
 	Channels Channels // nil: channels are not served
+	Tables   Tables   // nil: tables are not served
 	Verifier Verifier // nil: refresh is refused
 }
 
@@ -241,14 +251,24 @@ func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
 // Deliver queues a data frame of sub: the body is shared with every other subscriber and
 // never modified. It never blocks; a frame the data lane cannot take becomes part of sub's
 // resync marker.
-func (s *Session) Deliver(sub string, body []byte, pos string) {
+func (s *Session) Deliver(sub string, body []byte, pos string) { s.deliver(sub, body, pos, true) }
+
+// DeliverFrame queues a whole frame of sub, with no head: a resync in order with its data.
+func (s *Session) DeliverFrame(sub string, frame []byte, pos string) {
+	s.deliver(sub, frame, pos, false)
+}
+
+func (s *Session) deliver(sub string, body []byte, pos string, withHead bool) {
 	s.mu.Lock()
 	su := s.subs[sub]
 	if su == nil {
 		s.mu.Unlock()
 		return // unsubscribed while the producer was delivering
 	}
-	f := delivery.Frame{Head: su.head, Body: body, Key: sub, Pos: pos}
+	f := delivery.Frame{Body: body, Key: sub, Pos: pos}
+	if withHead {
+		f.Head = su.head
+	}
 	if su.pending {
 		su.buffered = append(su.buffered, f)
 		s.mu.Unlock()
