@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/heraldrt/herald/internal/bench"
+)
+
+const benchUsage = `usage: herald bench [--subs 100] [--events 10000] [--rate 0] [--duration 60s]
+         [--table public.bench_items [--filter JSON] [--updates] | --channel bench/load]
+         [--transport ws|sse] [--target URL [--allow-remote] [--pid N] [--api-key K] [--database-url URL]]
+         [--json]
+
+Measures a Herald node: opens --subs subscriber connections, produces --events events at --rate
+per second (0: as fast as the node takes them), and reports deliveries per second, the latency
+from commit (table mode) or publish (channel mode) to receipt, resyncs, and the node's CPU time
+and memory per connection. It stops by itself: when every delivery has arrived, when they stop
+coming, or after --duration.
+
+Without --target it starts the node itself, as a child process: this binary's "herald serve"
+on a free loopback port, measured through /proc. Table mode (--table) also starts a private
+PostgreSQL (as herald dev does), creates the bench table there,
+  <table>(id bigserial primary key, org_id text, payload text, sent_at timestamptz),
+and has the node stream that table alone; events are INSERTs (and UPDATEs with --updates),
+committed a few rows per transaction at the rate, each row carrying its send time. Channel mode
+(the default) publishes through POST /v1/publish.
+
+With --target it measures a node already running: loopback only unless --allow-remote; CPU and
+memory only with --pid; channel mode needs --api-key, table mode --database-url (env
+HERALD_DATABASE_URL) of the database the node streams and a table with the columns above that
+the node streams (herald bench creates it if missing, but a node reads its tables when it
+starts).
+
+Progress goes to stderr every second; the report to stdout (--json: one JSON object).
+
+flags:
+`
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		cfg         bench.Config
+		filter      string
+		target      = fs.String("target", "", "measure this running node (http://127.0.0.1:8080) instead of starting one")
+		allowRemote = fs.Bool("allow-remote", false, "allow a --target that is not on this machine")
+		asJSON      = fs.Bool("json", false, "print the report as one JSON object")
+		nodeLog     = fs.Bool("node-log", false, "pass the started node's log through to stderr")
+	)
+	fs.IntVar(&cfg.Subs, "subs", 100, "subscribers, one connection each")
+	fs.IntVar(&cfg.Events, "events", 10000, "events to produce")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "events per second; 0: as fast as possible")
+	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "stop after this long from the first event")
+	fs.StringVar(&cfg.Table, "table", "", "table mode: subscribe to and write this table, e.g. public.bench_items")
+	fs.StringVar(&filter, "filter", "", "table mode: the subscriptions' filter, as JSON")
+	fs.BoolVar(&cfg.Updates, "updates", false, "table mode: every other transaction updates the rows the one before inserted")
+	fs.StringVar(&cfg.Channel, "channel", "", "channel mode: the channel (default bench/load)")
+	fs.StringVar(&cfg.Transport, "transport", "ws", "ws (WebSocket) or sse")
+	fs.StringVar(&cfg.Token, "token", "", "access token every subscriber sends; none: anonymous")
+	fs.IntVar(&cfg.Publishers, "publishers", 8, "channel mode: concurrent publish requests")
+	fs.IntVar(&cfg.ServerPID, "pid", 0, "with --target: the node's process id, to measure its CPU and memory")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "with --target, channel mode: the node's API key")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("HERALD_DATABASE_URL"), "with --target, table mode: the database the node streams; env HERALD_DATABASE_URL")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q; see herald bench -h", fs.Arg(0))}
+	}
+	if filter != "" {
+		cfg.Filter = json.RawMessage(filter)
+	}
+	if cfg.Table != "" && cfg.Channel != "" {
+		return usageError{"give --table or --channel, not both"}
+	}
+	if cfg.Table != "" {
+		if _, err := bench.ParseTable(cfg.Table); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	if *target == "" && (cfg.ServerPID != 0 || cfg.APIKey != "") {
+		return usageError{"--pid and --api-key go with --target; without it herald bench starts and measures its own node"}
+	}
+
+	// Every subscriber holds a descriptor here and one in the node (which inherits this limit).
+	if n, err := bench.RaiseFileLimit(uint64(cfg.Subs) + 4096); err != nil {
+		fmt.Fprintf(stderr, "herald bench: could not raise the open file limit: %v\n", err)
+	} else if n < uint64(cfg.Subs)+256 {
+		fmt.Fprintf(stderr, "herald bench: the open file limit is %d, too few for %d subscribers; raise the hard limit (ulimit -Hn)\n", n, cfg.Subs)
+	}
+
+	if *target != "" {
+		if !*allowRemote && !bench.IsLoopback(*target) {
+			return usageError{fmt.Sprintf("--target %s is not on this machine; pass --allow-remote to load another host", *target)}
+		}
+		cfg.URL = *target
+		if cfg.Table != "" && cfg.DatabaseURL != "" {
+			table, _ := bench.ParseTable(cfg.Table)
+			if err := bench.CreateTable(ctx, cfg.DatabaseURL, table); err != nil {
+				return err
+			}
+		}
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find this binary to start a node with: %w", err)
+		}
+		nc := bench.NodeConfig{Binary: exe, Table: cfg.Table, MaxConnections: cfg.Subs + 1000}
+		if *nodeLog {
+			nc.Log = stderr
+			nc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+		what := "a node"
+		if cfg.Table != "" {
+			what = "a private PostgreSQL and a node streaming " + cfg.Table
+		}
+		fmt.Fprintf(stderr, "herald bench: starting %s ...\n", what)
+		node, err := bench.StartNode(ctx, nc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := node.Stop(sctx); err != nil {
+				fmt.Fprintf(stderr, "herald bench: stop the node: %v\n", err)
+			}
+		}()
+		cfg.URL, cfg.APIKey, cfg.DatabaseURL, cfg.ServerPID = node.URL, node.APIKey, node.DatabaseURL, node.PID
+		fmt.Fprintf(stderr, "herald bench: node pid %d on %s\n", node.PID, node.URL)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	cfg.Progress = stderr
+	fmt.Fprintf(stderr, "herald bench: connecting %d subscribers ...\n", cfg.Subs)
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil {
+		if *asJSON {
+			b, _ := json.Marshal(rep)
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else {
+			rep.WriteText(stdout)
+		}
+	}
+	return err
+}

@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/client"
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/server"
+	"github.com/heraldrt/herald/internal/session"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testAPIKey = "bench-test-api-key-0123456789"
+
+// startServer runs an in-process node with anonymous connections and an API key.
+func startServer(t *testing.T, anonymous bool) string {
+	t.Helper()
+	srv, err := server.New(server.Config{
+		Listen:          "127.0.0.1:0",
+		ShutdownTimeout: 5 * time.Second,
+		APIKeys:         []string{testAPIKey},
+		Auth:            auth.Config{AllowAnonymous: anonymous, Secrets: []string{"0123456789abcdef0123456789abcdef-bench"}},
+		Session:         session.Config{MaxSubscriptions: 4},
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server Run: %v", err)
+		}
+	})
+	select {
+	case <-srv.Listening():
+	case err := <-done:
+		t.Fatalf("server Run: %v", err)
+	}
+	return "http://" + srv.Addr()
+}
+
+func TestRunChannel(t *testing.T) {
+	url := startServer(t, true)
+	for _, transport := range []string{TransportWebSocket, TransportSSE} {
+		t.Run(transport, func(t *testing.T) {
+			var progress bytes.Buffer
+			r, err := Run(context.Background(), Config{
+				URL: url, APIKey: testAPIKey, Transport: transport, Channel: "bench/" + transport,
+				Subs: 5, Events: 200, ServerPID: os.Getpid(), Progress: &progress,
+			})
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if r.Connected != 5 || r.Sent != 200 || r.Expected != 1000 || r.Received != 1000 || r.Stopped != StoppedDone {
+				t.Errorf("connected %d, sent %d, expected %d, received %d, stopped %s; want 5, 200, 1000, 1000, done",
+					r.Connected, r.Sent, r.Expected, r.Received, r.Stopped)
+			}
+			if r.Resyncs != 0 || r.ErrorFrames != 0 || r.Unmarked != 0 || len(r.Ended) != 0 {
+				t.Errorf("resyncs %d, error frames %d, unmarked %d, ended %v; want none", r.Resyncs, r.ErrorFrames, r.Unmarked, r.Ended)
+			}
+			checkLatency(t, r)
+			if r.DeliveriesPerSecond <= 0 || r.Seconds <= 0 || r.Seconds > r.RunSeconds {
+				t.Errorf("deliveries/s %g over %g s (run %g s)", r.DeliveriesPerSecond, r.Seconds, r.RunSeconds)
+			}
+			// The server is this process, so these measure the test; they must at least be read.
+			if r.ServerRSSIdleBytes <= 0 || r.ServerRSSConnectedBytes <= 0 || r.ServerCPUSeconds < 0 {
+				t.Errorf("server rss %d/%d, cpu %g", r.ServerRSSIdleBytes, r.ServerRSSConnectedBytes, r.ServerCPUSeconds)
+			}
+			var text bytes.Buffer
+			r.WriteText(&text)
+			for _, want := range []string{"deliveries   1000 of 1000 (100.00%)", "p99", "per connection", "load average"} {
+				if !strings.Contains(text.String(), want) {
+					t.Errorf("report lacks %q:\n%s", want, text.String())
+				}
+			}
+		})
+	}
+}
+
+func checkLatency(t *testing.T, r *Report) {
+	t.Helper()
+	l := r.LatencyMS
+	if !(0 <= l.P50 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max && l.Max < 10_000 && l.Mean <= l.Max) {
+		t.Errorf("latency %+v: want 0 <= p50 <= p95 <= p99 <= max < 10 s", l)
+	}
+	if l.Max == 0 {
+		t.Errorf("latency %+v: all zero", l)
+	}
+}
+
+func TestRunAtARate(t *testing.T) {
+	url := startServer(t, true)
+	r, err := Run(context.Background(), Config{URL: url, APIKey: testAPIKey, Subs: 3, Events: 100, Rate: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Received != 300 || r.Stopped != StoppedDone {
+		t.Errorf("received %d, stopped %s", r.Received, r.Stopped)
+	}
+	// 100 events at 1000/s: the last is due 99 ms after the first.
+	if r.SendSeconds < 0.098 {
+		t.Errorf("sent 100 events at 1000/s in %.3f s, want at least 0.099 s", r.SendSeconds)
+	}
+}
+
+func TestRunStopsAtItsDuration(t *testing.T) {
+	url := startServer(t, true)
+	start := time.Now()
+	r, err := Run(context.Background(), Config{URL: url, APIKey: testAPIKey, Subs: 2, Events: 1000, Rate: 20, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stopped != StoppedDuration || r.Sent >= 1000 || r.Sent == 0 {
+		t.Errorf("stopped %s after sending %d", r.Stopped, r.Sent)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a 300 ms run took %v", d)
+	}
+}
+
+func TestRunRefused(t *testing.T) {
+	closed := startServer(t, false)
+	open := startServer(t, true)
+	tests := []struct {
+		name string
+		cfg  Config
+		code client.Code
+	}{
+		{"anonymous not allowed", Config{URL: closed, APIKey: testAPIKey, Subs: 3, Events: 10}, "unauthorized"},
+		{"sse, anonymous not allowed", Config{URL: closed, APIKey: testAPIKey, Subs: 3, Events: 10, Transport: TransportSSE}, "unauthorized"},
+		{"bad channel", Config{URL: open, APIKey: testAPIKey, Subs: 3, Events: 10, Channel: "a//b"}, "bad_frame"},
+		{"sse, bad channel", Config{URL: open, APIKey: testAPIKey, Subs: 3, Events: 10, Channel: "a//b", Transport: TransportSSE}, "bad_frame"},
+		{"table not streamed", Config{URL: open, Subs: 3, Events: 10, Table: "public.nope", DatabaseURL: "postgres://unused"}, "unknown_table"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Run(context.Background(), tt.cfg)
+			var e *client.Error
+			if !errors.As(err, &e) || e.Code != tt.code {
+				t.Errorf("Run = %v, want code %s", err, tt.code)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no URL", Config{APIKey: "k"}, "URL is required"},
+		{"bad transport", Config{URL: "http://h", APIKey: "k", Transport: "grpc"}, "transport"},
+		{"table without database", Config{URL: "http://h", Table: "public.t"}, "database URL"},
+		{"channel without key", Config{URL: "http://h"}, "API key"},
+		{"both", Config{URL: "http://h", Table: "t", Channel: "c", DatabaseURL: "x", APIKey: "k"}, "not both"},
+		{"negative rate", Config{URL: "http://h", APIKey: "k", Rate: -1}, "rate"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	if err := (Config{URL: "http://h", APIKey: "k"}).Validate(); err != nil {
+		t.Errorf("a channel config: %v", err)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for in, want := range map[string]bool{
+		"http://127.0.0.1:8080": true, "ws://localhost:1": true, "http://[::1]:80": true,
+		"127.0.0.2:9": true, "http://10.0.0.1": false, "https://example.com": false, "": false,
+	} {
+		if got := IsLoopback(in); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestProc(t *testing.T) {
+	cpu, err := procCPU(os.Getpid())
+	if err != nil || cpu < 0 {
+		t.Errorf("procCPU = %v, %v", cpu, err)
+	}
+	rss, err := procRSS(os.Getpid())
+	if err != nil || rss < 1<<20 {
+		t.Errorf("procRSS = %d, %v", rss, err)
+	}
+	if _, err := procCPU(-1); err == nil {
+		t.Error("procCPU(-1) succeeded")
+	}
+	if loadAverage() == "" {
+		t.Error("no load average")
+	}
+	if n, err := RaiseFileLimit(64); err != nil || n < 64 {
+		t.Errorf("RaiseFileLimit = %d, %v", n, err)
+	}
+}

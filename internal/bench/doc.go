@@ -1,0 +1,21 @@
+// Package bench owns herald bench, a bounded load generator: it opens N subscriber
+// connections to a node, produces M events at a rate (rows committed through Postgres, or
+// publications through the HTTP API), and reports deliveries per second, send-to-receipt
+// latency, resyncs, and the node's CPU time and memory per connection.
+//
+// # Concurrency
+//
+// Each subscriber is one connection read by one goroutine, which counts each frame without
+// decoding it (a prefix says its type; a byte search finds the send time) into a shared tally
+// of atomic counters and a lock-free histogram, so the client keeps up with the server. The
+// sender runs in its own goroutines (several publish workers, or one Postgres connection), and
+// Run's goroutine prints progress and decides when the run is over.
+//
+// # Lifecycle
+//
+// Run connects every subscriber before the first event, stops when every expected delivery
+// has arrived, when deliveries stop coming after the last event (Config.Drain), or at
+// Config.Duration, whichever is first, and returns only once every goroutine it started has
+// ended and every connection is closed. StartNode starts the node to measure as a child
+// process (herald serve, and a private PostgreSQL for table mode); Node.Stop ends both.
+package bench

@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/heraldrt/herald/internal/devpg"
+)
+
+// NodeConfig says how to start a node to measure.
+type NodeConfig struct {
+	// Binary is the herald executable; its `serve` subcommand runs the node.
+	Binary string
+	// Table, when set, is the bench table the node streams: StartNode starts a private
+	// PostgreSQL (internal/devpg), creates the table there, and configures the node's
+	// changefeed with it alone. Empty: channels only, no database.
+	Table string
+	// MaxConnections is the node's limits.max_connections. Default 10000.
+	MaxConnections int
+	// Log receives the node's own log (warnings and errors). Nil discards it.
+	Log io.Writer
+	// Logger receives what the private PostgreSQL does. Nil discards it.
+	Logger *slog.Logger
+}
+
+// Node is a herald serve child process, and the private PostgreSQL it streams from when it
+// streams a table. Stop ends both.
+type Node struct {
+	URL         string // http://127.0.0.1:<port>
+	APIKey      string // for POST /v1/publish
+	DatabaseURL string // the private PostgreSQL; empty without a table
+	PID         int    // the server process, to measure
+
+	cmd    *exec.Cmd
+	db     *devpg.Server
+	exited chan struct{} // closed when the process has been waited for
+	stderr *tailBuffer
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// StartNode starts a node and returns once it answers /readyz: for a table, once its
+// changefeed streams. The node is `herald serve` configured by environment variables alone
+// (the parent's HERALD_* variables are not passed on), listening on a free loopback port, with
+// anonymous connections and a fresh API key.
+func StartNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = 10000
+	}
+	n = &Node{exited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10, w: cfg.Log}}
+	defer func() {
+		if err != nil {
+			_ = n.Stop(context.Background())
+		}
+	}()
+	var key [16]byte
+	_, _ = rand.Read(key[:])
+	n.APIKey = "bench-" + hex.EncodeToString(key[:])
+	port, err := freePort()
+	if err != nil {
+		return n, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	n.URL = "http://" + addr
+
+	env := []string{
+		"HERALD_LISTEN=" + addr,
+		"HERALD_LOG_LEVEL=warn",
+		"HERALD_AUTH_ALLOW_ANONYMOUS=true",
+		"HERALD_API_KEYS=" + n.APIKey,
+		"HERALD_LIMITS_MAX_CONNECTIONS=" + strconv.Itoa(cfg.MaxConnections),
+	}
+	if cfg.Table != "" {
+		table, err := ParseTable(cfg.Table)
+		if err != nil {
+			return n, err
+		}
+		n.db, err = devpg.Start(ctx, devpg.Config{Logger: cfg.Logger})
+		if err != nil {
+			return n, fmt.Errorf("start a private PostgreSQL for table mode: %w", err)
+		}
+		n.DatabaseURL = n.db.URL()
+		if err := CreateTable(ctx, n.DatabaseURL, table); err != nil {
+			return n, err
+		}
+		env = append(env,
+			"HERALD_CHANGEFEED_DATABASE_URL="+n.DatabaseURL,
+			"HERALD_CHANGEFEED_TABLES="+table[0]+"."+table[1])
+	}
+
+	n.cmd = exec.Command(cfg.Binary, "serve")
+	n.cmd.Env = append(parentEnv(), env...)
+	n.cmd.Stdout = n.stderr
+	n.cmd.Stderr = n.stderr
+	if err := n.cmd.Start(); err != nil {
+		close(n.exited)
+		return n, fmt.Errorf("start %s serve: %w", cfg.Binary, err)
+	}
+	n.PID = n.cmd.Process.Pid
+	go func() {
+		_ = n.cmd.Wait()
+		close(n.exited)
+	}()
+	if err := n.waitReady(ctx, 60*time.Second); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// parentEnv is this process's environment without HERALD_* variables: herald serve refuses
+// names it does not know, like herald sub's HERALD_URL.
+func parentEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HERALD_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// waitReady polls /readyz until it answers 200.
+func (n *Node) waitReady(ctx context.Context, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL+"/readyz", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d %s", resp.StatusCode, bytes.TrimSpace(b))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-n.exited:
+			return fmt.Errorf("herald serve exited before it was ready:\n%s", n.stderr.String())
+		case <-ctx.Done():
+			return fmt.Errorf("herald serve was not ready within %s (last /readyz: %s):\n%s", limit, last, n.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop ends the server with SIGTERM, as an operator would, then kills it if it has not ended
+// within 20 s, and stops the private PostgreSQL. Idempotent.
+func (n *Node) Stop(ctx context.Context) error {
+	n.stopOnce.Do(func() {
+		if n.cmd != nil && n.cmd.Process != nil {
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-n.exited:
+			case <-time.After(20 * time.Second):
+				_ = n.cmd.Process.Kill()
+				<-n.exited
+				n.stopErr = errors.New("herald serve did not stop within 20 s of SIGTERM; killed it")
+			}
+		}
+		if n.db != nil {
+			if err := n.db.Stop(ctx); err != nil && n.stopErr == nil {
+				n.stopErr = err
+			}
+		}
+	})
+	return n.stopErr
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tailBuffer passes writes on to w and keeps the last max bytes, to quote when the node fails.
+type tailBuffer struct {
+	mu  sync.Mutex
+	b   []byte // guarded by mu
+	max int
+	w   io.Writer
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	if t.w != nil {
+		_, _ = t.w.Write(p)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}

@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldrt/herald/client"
+	"github.com/jackc/pgx/v5"
+)
+
+// sender produces the events: publications or committed rows.
+type sender interface {
+	// send produces n events at rate per second (0: as fast as it can) and returns when all
+	// are sent or ctx ends. Each event is counted in sent as soon as it is handed to the server
+	// (published, or committed).
+	send(ctx context.Context, n int, rate float64, sent *atomic.Int64) error
+}
+
+// schedule returns when event i (0-based) is due: start + i/rate.
+func schedule(start time.Time, i int, rate float64) time.Time {
+	if rate <= 0 {
+		return start
+	}
+	return start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+}
+
+// sleepUntil waits until t or ctx ends; false when ctx ended.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// publisher publishes to a channel through the HTTP API, from several workers so one slow
+// request does not hold the schedule up.
+type publisher struct {
+	hc      *http.Client
+	base    string
+	apiKey  string
+	channel string
+	workers int
+}
+
+func (p *publisher) send(ctx context.Context, n int, rate float64, sent *atomic.Int64) error {
+	var (
+		next     atomic.Int64
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	for w := 0; w < p.workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var data []byte
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || !sleepUntil(ctx, schedule(start, i, rate)) {
+					return
+				}
+				data = channelData(data[:0], time.Now().UnixNano(), i)
+				_, err := client.PublishHTTP(ctx, p.hc, p.base, p.apiKey, client.Publication{Channel: p.channel, Data: json.RawMessage(data)})
+				if err != nil {
+					if ctx.Err() == nil {
+						errOnce.Do(func() { firstErr = fmt.Errorf("publish event %d: %w", i, err); cancel() })
+					}
+					return
+				}
+				sent.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// writer commits rows to a bench table through Postgres: every tick, the rows due by then in
+// one INSERT, which is one small transaction. With updates, every other transaction updates
+// the rows the one before inserted instead.
+type writer struct {
+	dbURL   string
+	table   pgx.Identifier
+	updates bool
+	tick    time.Duration // default 10ms
+	maxRows int           // per transaction; default 100
+}
+
+// The bench table's shape; CreateTable makes it.
+const benchColumns = `(id bigserial PRIMARY KEY, org_id text NOT NULL, payload text, sent_at timestamptz)`
+
+// ParseTable reads "schema.table" (or "table", in public) as an identifier.
+func ParseTable(name string) (pgx.Identifier, error) {
+	parts := strings.Split(name, ".")
+	switch {
+	case len(parts) == 1 && parts[0] != "":
+		return pgx.Identifier{"public", parts[0]}, nil
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return pgx.Identifier(parts), nil
+	}
+	return nil, fmt.Errorf("table %q: want schema.table, e.g. public.bench_items", name)
+}
+
+// CreateTable creates the bench table unless it exists: bench_items(id bigserial primary key,
+// org_id text, payload text, sent_at timestamptz). payload carries each event's send time
+// in unix nanoseconds (sent_at holds it too, to the millisecond the changefeed sends).
+func CreateTable(ctx context.Context, dbURL string, table pgx.Identifier) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("connect to the bench database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+table.Sanitize()+" "+benchColumns); err != nil {
+		return fmt.Errorf("create %s: %w", table.Sanitize(), err)
+	}
+	return nil
+}
+
+func (w *writer) send(ctx context.Context, n int, rate float64, sent *atomic.Int64) error {
+	if w.tick <= 0 {
+		w.tick = 10 * time.Millisecond
+	}
+	if w.maxRows <= 0 {
+		w.maxRows = 100
+	}
+	conn, err := pgx.Connect(ctx, w.dbURL)
+	if err != nil {
+		return fmt.Errorf("connect to the bench database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	t := w.table.Sanitize()
+	insert := `INSERT INTO ` + t + ` (org_id, payload, sent_at)
+		SELECT 'org_' || (g % 10), $1, $2 FROM generate_series(1, $3::int) g RETURNING id`
+	update := `UPDATE ` + t + ` SET payload = $1, sent_at = $2 WHERE id = ANY($3)`
+
+	start := time.Now()
+	var (
+		ids  []int64   // the rows the last insert made, for the next update
+		last time.Time // when the last transaction began
+	)
+	for done := 0; done < n; {
+		// Wait for the next event to be due, and at least a tick since the last transaction:
+		// rows due meanwhile go in one transaction.
+		wake := schedule(start, done+1, rate)
+		if rate <= 0 {
+			wake = start
+		}
+		if t := last.Add(w.tick); rate > 0 && t.After(wake) {
+			wake = t
+		}
+		if !sleepUntil(ctx, wake) {
+			return nil
+		}
+		due := n
+		if rate > 0 {
+			due = min(int(time.Since(start).Seconds()*rate), n)
+		}
+		k := min(due-done, w.maxRows)
+		if k <= 0 {
+			continue
+		}
+		now := time.Now()
+		last = now
+		payload := strconv.FormatInt(now.UnixNano(), 10)
+		if w.updates && len(ids) > 0 {
+			if len(ids) > k {
+				ids = ids[:k]
+			}
+			tag, err := conn.Exec(ctx, update, payload, now, ids)
+			if err != nil {
+				return w.failed(ctx, err)
+			}
+			k = int(tag.RowsAffected())
+			ids = ids[:0]
+		} else {
+			rows, err := conn.Query(ctx, insert, payload, now, k)
+			if err != nil {
+				return w.failed(ctx, err)
+			}
+			ids = ids[:0]
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return w.failed(ctx, err)
+				}
+				ids = append(ids, id)
+			}
+			if err := rows.Err(); err != nil {
+				return w.failed(ctx, err)
+			}
+			if !w.updates {
+				ids = ids[:0]
+			}
+		}
+		done += k
+		sent.Add(int64(k))
+	}
+	return nil
+}
+
+func (w *writer) failed(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("write to %s: %w", w.table.Sanitize(), err)
+}
