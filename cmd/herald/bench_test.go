@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/heraldrt/herald/internal/bench"
+)
+
+// TestBenchStartsItsOwnNode runs herald bench as a person would: it starts herald serve as a
+// child, measures it through /proc, and stops it.
+func TestBenchStartsItsOwnNode(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(herald(t), "bench", "--subs", "5", "--events", "200", "--json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Env = append(cmd.Environ(), "HERALD_URL=ws://ignored:1") // herald serve must not see it
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("herald bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var r bench.Report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("stdout is not one JSON report: %v\n%s", err, stdout.String())
+	}
+	if r.Mode != "channel" || r.Connected != 5 || r.Sent != 200 || r.Received != 1000 || r.Expected != 1000 || r.Stopped != bench.StoppedDone {
+		t.Errorf("report %+v: want 5 connected, 200 sent, 1000 of 1000 received, done", r)
+	}
+	l := r.LatencyMS
+	if !(l.P50 <= l.P99 && l.P99 <= l.Max && l.Max > 0) {
+		t.Errorf("latency %+v", l)
+	}
+	if r.ServerPID <= 0 || r.ServerRSSIdleBytes <= 0 || r.RSSPerConnBytes <= 0 {
+		t.Errorf("server pid %d, rss idle %d, per connection %d: the child was not measured", r.ServerPID, r.ServerRSSIdleBytes, r.RSSPerConnBytes)
+	}
+	if !strings.Contains(stderr.String(), "node pid") {
+		t.Errorf("stderr lacks the node's pid:\n%s", stderr.String())
+	}
+}
+
+func TestBenchUsage(t *testing.T) {
+	tests := []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"bench", "--table", "t", "--channel", "c"}, "not both"},
+		{[]string{"bench", "--table", "a.b.c"}, "want schema.table"},
+		{[]string{"bench", "--target", "http://10.1.2.3:8080"}, "--allow-remote"},
+		{[]string{"bench", "--pid", "1"}, "go with --target"},
+		{[]string{"bench", "--target", "http://127.0.0.1:1", "--transport", "quic"}, "transport"},
+		{[]string{"bench", "extra"}, "unexpected argument"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			if code := run(tt.args, &out, &errOut); code != 2 {
+				t.Errorf("exit %d, want 2; stderr:\n%s", code, errOut.String())
+			}
+			if !strings.Contains(errOut.String(), tt.stderr) {
+				t.Errorf("stderr %q lacks %q", errOut.String(), tt.stderr)
+			}
+		})
+	}
+}
