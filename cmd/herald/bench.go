@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/heraldrt/herald/internal/bench"
@@ -58,6 +59,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		allowRemote = fs.Bool("allow-remote", false, "allow a --target that is not on this machine")
 		asJSON      = fs.Bool("json", false, "print the report as one JSON object")
 		nodeLog     = fs.Bool("node-log", false, "pass the started node's log through to stderr")
+		cpuProfile  = fs.String("cpuprofile", "", "write this process's CPU profile (the subscribers and the sender) to a file")
 	)
 	fs.IntVar(&cfg.Subs, "subs", 100, "subscribers, one connection each")
 	fs.IntVar(&cfg.Events, "events", 10000, "events to produce")
@@ -151,6 +153,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{err.Error()}
 	}
 	cfg.Progress = stderr
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	fmt.Fprintf(stderr, "herald bench: connecting %d subscribers ...\n", cfg.Subs)
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {

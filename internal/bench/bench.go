@@ -141,7 +141,8 @@ const (
 )
 
 // Run connects the subscribers, produces the events, waits for their deliveries and reports.
-// It returns a report even when the run stopped early, with the error that stopped it.
+// Once the subscribers are connected it returns a report, even when the run stopped early
+// (with the error that stopped it); a failure to connect them returns no report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -171,7 +172,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.Connected = len(subs)
 	if err != nil {
 		closeAll(subs)
-		return r, err
+		return nil, err
 	}
 	// The memory of the connections, not of a collection that has not run yet: a moment for
 	// the server to settle.

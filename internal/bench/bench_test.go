@@ -148,7 +148,10 @@ func TestRunRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Run(context.Background(), tt.cfg)
+			r, err := Run(context.Background(), tt.cfg)
+			if r != nil {
+				t.Errorf("a run whose subscribers could not connect has a report: %+v", r)
+			}
 			var e *client.Error
 			if !errors.As(err, &e) || e.Code != tt.code {
 				t.Errorf("Run = %v, want code %s", err, tt.code)
