@@ -3,13 +3,21 @@ package server
 import (
 	"log/slog"
 
+	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/config"
 	"github.com/heraldrt/herald/internal/session"
 )
 
 // ConfigFrom maps a loaded config file onto the server's Config.
 func ConfigFrom(c *config.Config, log *slog.Logger) Config {
+	var cf *changefeed.Config
+	if c.ChangefeedEnabled() {
+		fc := c.Changefeed()
+		fc.Logger = log
+		cf = &fc
+	}
 	return Config{
+		Changefeed:      cf,
 		Listen:          c.Listen,
 		ShutdownTimeout: c.ShutdownTimeout,
 		APIKeys:         c.API.Keys,

@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/changefeed"
+	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/sse"
@@ -49,6 +51,8 @@ type Config struct {
 	Session session.Config
 	// Auth configures token verification.
 	Auth auth.Config
+	// Changefeed, when set, streams the database's changes to table subscriptions.
+	Changefeed *changefeed.Config
 	// Ready, when set, is asked by /readyz: nil means ready, an error says why not.
 	Ready  func() error
 	Logger *slog.Logger
@@ -82,6 +86,9 @@ type Server struct {
 	log      *slog.Logger
 	verifier *auth.Verifier
 	channels *channels
+	tables   *tables          // nil without a changefeed
+	feed     *changefeed.Feed // nil without a changefeed
+	schema   *pgSchema        // nil without a changefeed
 
 	conns atomic.Int64
 
@@ -103,7 +110,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{
+	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		verifier: v,
@@ -111,7 +118,52 @@ func New(cfg Config) (*Server, error) {
 		sessions: map[*session.Session]struct{}{},
 		closes:   map[wire.CloseCode]uint64{},
 		ready:    make(chan struct{}),
-	}, nil
+	}
+	if cfg.Changefeed != nil {
+		fc := *cfg.Changefeed
+		if fc.Logger == nil {
+			fc.Logger = cfg.Logger
+		}
+		if err := fc.Validate(); err != nil {
+			return nil, err
+		}
+		schema, err := newPGSchema(context.Background(), fc.DatabaseURL)
+		if err != nil {
+			return nil, err
+		}
+		r, err := router.New(router.Config{Schema: schema, Tables: fc.Tables})
+		if err != nil {
+			schema.Close()
+			return nil, err
+		}
+		feed, err := changefeed.New(fc, r)
+		if err != nil {
+			schema.Close()
+			return nil, err
+		}
+		s.schema, s.tables, s.feed = schema, &tables{router: r}, feed
+	}
+	return s, nil
+}
+
+// ready reports why the node cannot serve its streams, or nil.
+func (s *Server) notReady() error {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(); err != nil {
+			return err
+		}
+	}
+	if s.feed != nil {
+		st := s.feed.Stats()
+		switch {
+		case st.Streaming:
+		case st.Failure != "":
+			return fmt.Errorf("the replication stream is down: %s", st.Failure)
+		case !st.Leader && st.Restarts == 0 && st.Txns == 0:
+			return fmt.Errorf("the replication stream is starting, or another node leads the slot")
+		}
+	}
+	return nil
 }
 
 // Addr is the address the server listens on, once Listening has fired.
@@ -187,6 +239,28 @@ func (s *Server) Run(ctx context.Context) error {
 	base, stopBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBase()
 	deps := session.Deps{Channels: s.channels, Verifier: s.verifier}
+	if s.tables != nil {
+		deps.Tables = s.tables
+	}
+	// The changefeed outlives the sessions: on shutdown it stops last, after the drain, and
+	// confirms what was handed on.
+	feedCtx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFeed()
+	feedDone := make(chan error, 1)
+	if s.feed != nil {
+		go func() { feedDone <- s.feed.Run(feedCtx) }()
+	} else {
+		feedDone <- nil
+	}
+	defer func() {
+		stopFeed()
+		if err := <-feedDone; err != nil {
+			s.log.Error("changefeed", "error", err)
+		}
+		if s.schema != nil {
+			s.schema.Close()
+		}
+	}()
 	ws := websocket.New(base, websocket.Config{ConnectTimeout: s.cfg.ConnectTimeout, PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}, deps, s, s)
 	events := sse.New(base, sse.Config{PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}, deps, s, s)
 
@@ -253,13 +327,11 @@ func (s *Server) shutdown(srv *http.Server, served <-chan error, stopBase func()
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	if s.cfg.Ready != nil {
-		if err := s.cfg.Ready(); err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "reason": err.Error()})
-			return
-		}
+	if err := s.notReady(); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "reason": err.Error()})
+		return
 	}
 	_, _ = io.WriteString(w, "ready\n")
 }

@@ -1,0 +1,231 @@
+package router
+
+import (
+	"context"
+
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// Accept routes one committed transaction: the changefeed's Sink. It returns once every frame
+// of the transaction is queued on its subscribers' connections. Subscriptions attach between
+// transactions, never during one, so the head a subscription reports is exact.
+func (r *Router) Accept(_ context.Context, txn *change.Txn) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if txn.Overflow != nil {
+		r.overflow(txn)
+	}
+	rt := &routing{r: r}
+	for i := range txn.Events {
+		e := &txn.Events[i]
+		if e.Op == change.Message {
+			continue
+		}
+		t := r.tables[e.Table]
+		if t == nil {
+			continue
+		}
+		rt.event(t, e, uint32(i+1))
+	}
+	r.head = txn.CommitLSN
+	return nil
+}
+
+// overflow tells every subscriber of a table an oversized transaction touched that its view is
+// stale from that transaction on.
+func (r *Router) overflow(txn *change.Txn) {
+	for name, n := range txn.Overflow.Tables {
+		t := r.tables[name]
+		if t == nil {
+			continue
+		}
+		first := wire.TablePosition(txn.CommitLSN, 1)
+		last := wire.TablePosition(txn.CommitLSN, uint32(txn.Overflow.Changes))
+		t.each(func(e *entry) {
+			frame, err := wire.AppendFrame(nil, &wire.Resync{Sub: e.sub, First: first, Last: last, Lost: uint64(n), Reason: wire.ResyncTransactionTooLarge})
+			if err == nil {
+				e.target.DeliverFrame(e.sub, frame, last.String())
+				r.delivered.Add(1)
+			}
+		})
+	}
+}
+
+// routing is the state of routing one transaction.
+type routing struct {
+	r      *Router
+	cands  []*entry
+	groups []group
+}
+
+// group is one encoded body, shared by the subscribers of one op and column list.
+type group struct {
+	op    wire.Op
+	shape string
+	body  []byte
+}
+
+func (rt *routing) collect(e *entry) {
+	if e.seen != rt.r.gen {
+		e.seen = rt.r.gen
+		rt.cands = append(rt.cands, e)
+	}
+}
+
+func (rt *routing) collectSet(set map[*entry]struct{}) {
+	for e := range set {
+		rt.collect(e)
+	}
+}
+
+// event routes one change of table t.
+func (rt *routing) event(t *table, e *change.Event, idx uint32) {
+	rt.r.routed.Add(1)
+	rt.r.gen++
+	rt.cands = rt.cands[:0]
+	rt.groups = rt.groups[:0]
+	pos := wire.TablePosition(e.LSN, idx).String()
+
+	if e.Op == change.Truncate {
+		t.each(func(en *entry) { rt.send(en, e, idx, pos, wire.OpTruncate, nil, nil, false) })
+		return
+	}
+	rt.collectSet(t.scan)
+	for col, c := range t.byCol {
+		rt.lookup(c, e.After, col)
+		switch {
+		case e.Before != nil && has(e.Before, col):
+			rt.lookup(c, e.Before, col)
+		case e.Op == change.Delete:
+			// The old image lacks the column (the key alone was logged): any of this column's
+			// subscribers may have had the row in view.
+			for _, set := range c.keys {
+				rt.collectSet(set)
+			}
+		}
+	}
+	for _, en := range rt.cands {
+		rt.view(en, e, idx, pos)
+	}
+}
+
+func has(row change.Row, col string) bool {
+	_, ok := row.Get(col)
+	return ok
+}
+
+func (rt *routing) lookup(c *column, row change.Row, col string) {
+	v, ok := row.Get(col)
+	if !ok {
+		return
+	}
+	if key, ok := filter.Key(c.typ, v); ok {
+		rt.collectSet(c.keys[key])
+	}
+}
+
+func (rt *routing) eval(en *entry, row change.Row) filter.Result {
+	if en.filter == nil {
+		return filter.True
+	}
+	rt.r.evals.Add(1)
+	return en.filter.Eval(row)
+}
+
+// view sends en what its view needs of change e (see the package doc's table).
+func (rt *routing) view(en *entry, e *change.Event, idx uint32, pos string) {
+	switch e.Op {
+	case change.Insert:
+		if rt.eval(en, e.After) == filter.True {
+			rt.send(en, e, idx, pos, wire.OpInsert, e.After, nil, false)
+		}
+	case change.Delete:
+		if e.Before == nil {
+			return
+		}
+		if rt.eval(en, e.Before) != filter.False {
+			rt.send(en, e, idx, pos, wire.OpDelete, nil, e.Before, e.BeforeKeyOnly)
+		}
+	case change.Update:
+		was := filter.Unknown
+		if e.Before != nil {
+			was = rt.eval(en, e.Before)
+		}
+		is := rt.eval(en, e.After)
+		switch {
+		case is == filter.Unknown:
+			rt.send(en, e, idx, pos, wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly)
+		case is == filter.True && was == filter.False:
+			rt.send(en, e, idx, pos, wire.OpEnter, e.After, nil, false)
+		case is == filter.True:
+			rt.send(en, e, idx, pos, wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly)
+		case was == filter.True || was == filter.Unknown && e.Before != nil:
+			rt.send(en, e, idx, pos, wire.OpLeave, nil, e.Before, e.BeforeKeyOnly)
+		}
+	}
+}
+
+// visibleOld is the old image a subscriber may see: one that was in its view, or the key
+// alone.
+func visibleOld(was filter.Result, e *change.Event) change.Row {
+	if was == filter.True || e.BeforeKeyOnly {
+		return e.Before
+	}
+	return nil
+}
+
+// send encodes (once per op and column list) and queues the frame.
+func (rt *routing) send(en *entry, e *change.Event, idx uint32, pos string, op wire.Op, row, old change.Row, oldKeyOnly bool) {
+	var body []byte
+	for i := range rt.groups {
+		g := &rt.groups[i]
+		if g.op == op && g.shape == en.shape {
+			body = g.body
+			break
+		}
+	}
+	if body == nil {
+		c := wire.NewChange(e, idx)
+		c.Op = op
+		c.Row = project(row, en.columns)
+		c.Old = project(old, en.columns)
+		c.OldKeyOnly = oldKeyOnly && old != nil
+		c.Omitted = projectNames(e.Omitted, en.columns)
+		if c.Row == nil {
+			c.Omitted = nil
+		}
+		body = wire.AppendChangeBody(nil, &c)
+		rt.groups = append(rt.groups, group{op: op, shape: en.shape, body: body})
+	}
+	en.target.Deliver(en.sub, body, pos)
+	rt.r.delivered.Add(1)
+}
+
+// project keeps the listed columns of row, in table order.
+func project(row change.Row, cols map[string]bool) change.Row {
+	if row == nil || cols == nil {
+		return row
+	}
+	out := make(change.Row, 0, len(cols))
+	for _, c := range row {
+		if cols[c.Name] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func projectNames(names []string, cols map[string]bool) []string {
+	if cols == nil || names == nil {
+		return names
+	}
+	var out []string
+	for _, n := range names {
+		if cols[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
