@@ -83,7 +83,9 @@ func row(id int, org string, qty int) change.Row {
 	}
 }
 
-func keyOnly(id int) change.Row { return change.Row{{Name: "id", Value: json.RawMessage(fmt.Sprint(id))}} }
+func keyOnly(id int) change.Row {
+	return change.Row{{Name: "id", Value: json.RawMessage(fmt.Sprint(id))}}
+}
 
 func newRouter(t testing.TB) *Router {
 	t.Helper()
@@ -292,4 +294,3 @@ func BenchmarkRoute(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 	}
 }
-

@@ -25,8 +25,8 @@ import (
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/changefeed"
-	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/sse"
 	"github.com/heraldrt/herald/internal/transport/websocket"

@@ -162,7 +162,7 @@ func TestUpdatesCrossingAFilterBoundary(t *testing.T) {
 	tableSub(c, "all", "", "")
 	tableSub(c, "acme", `{"eq":["org_id","acme"]}`, "")
 	testenv.Exec(t, url,
-		`UPDATE items SET qty = 2 WHERE id = 1`,          // stays in acme: update
+		`UPDATE items SET qty = 2 WHERE id = 1`,           // stays in acme: update
 		`UPDATE items SET org_id = 'globex' WHERE id = 1`, // leaves acme
 		`UPDATE items SET org_id = 'acme' WHERE id = 2`,   // enters acme
 		`UPDATE items SET qty = 3 WHERE id = 1`,           // outside acme: nothing
