@@ -40,6 +40,11 @@ func startServer(t *testing.T, anonymous bool) string {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
+		// SSE sessions end a few ms after their client left; a shutdown that starts before
+		// they have waits out its whole drain.
+		for deadline := time.Now().Add(2 * time.Second); srv.Sessions() > 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("server Run: %v", err)
