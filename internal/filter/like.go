@@ -34,6 +34,7 @@ type likeMatcher struct {
 	runes    []rune   // non-ASCII characters in the pattern, sorted
 	runeIdx  []int16  // mask index of each of runes
 	masks    []uint64 // per distinct character: the positions it matches, words each
+	noLit    []uint64 // words zeros: what a character no literal is matches
 }
 
 // maxPatternWords is the size of the NFA's state vector for the longest pattern: one position
@@ -120,6 +121,7 @@ func compileNFA(elems []likeElem) *likeMatcher {
 		lm.runeIdx = append(lm.runeIdx, index[r])
 	}
 	lm.masks = make([]uint64, len(index)*lm.words)
+	lm.noLit = make([]uint64, lm.words)
 	for i, e := range elems {
 		pos := i + 1
 		w, bit := pos/64, uint64(1)<<(pos%64)
@@ -201,30 +203,32 @@ func (lm *likeMatcher) match1(text []byte) bool {
 	return d&final != 0
 }
 
-// matchN is the NFA for longer patterns, on a state vector of several words.
+// matchN is the NFA for longer patterns, on a state vector of several words, updated in place
+// from the lowest word up: each word needs only the top bit of the word below as it was.
 func (lm *likeMatcher) matchN(text []byte) bool {
-	var d, next [maxPatternWords]uint64
+	var d [maxPatternWords]uint64
 	n := lm.words
 	d[0] = 1
 	closeStars(d[:n], lm.starMask)
+	anyM, star := lm.anyMask[:n], lm.starMask[:n]
 	for len(text) > 0 {
 		idx, size := lm.charMask(text)
 		text = text[size:]
-		var carry uint64
-		live := uint64(0)
-		for w := 0; w < n; w++ {
-			m := lm.anyMask[w]
-			if idx >= 0 {
-				m |= lm.masks[idx*n+w]
-			}
-			shifted := d[w]<<1 | carry
-			carry = d[w] >> 63
-			next[w] = shifted&m | d[w]&lm.starMask[w]
+		lit := lm.noLit[:n]
+		if idx >= 0 {
+			lit = lm.masks[idx*n : idx*n+n]
 		}
-		closeStars(next[:n], lm.starMask)
-		for w := 0; w < n; w++ {
-			d[w] = next[w]
-			live |= d[w]
+		var carry, carryStep, live uint64
+		for w := range n {
+			dw := d[w]
+			step := (dw<<1|carry)&(anyM[w]|lit[w]) | dw&star[w]
+			carry = dw >> 63
+			// % matches the empty run: step over it. A % never follows a %, so the bit this
+			// adds needs no stepping over in turn, and the carry can be taken before it.
+			next := step | (step<<1|carryStep)&star[w]
+			carryStep = step >> 63
+			d[w] = next
+			live |= next
 		}
 		if live == 0 {
 			return false

@@ -191,7 +191,7 @@ func TestLikePathological(t *testing.T) {
 			if lm.match([]byte(tc.text)) {
 				t.Error("matched; every pathological text lacks the b")
 			}
-			if !lm.match([]byte(tc.text + "b")) && !strings.HasSuffix(tc.pattern, "b%") {
+			if !lm.match([]byte(tc.text+"b")) && !strings.HasSuffix(tc.pattern, "b%") {
 				t.Error("does not match once the b is there")
 			}
 		})

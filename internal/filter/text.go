@@ -113,9 +113,37 @@ func trimPadding(s []byte) []byte {
 	return s
 }
 
+// hexValue maps a byte to its value as a hex digit, or 0xFF.
+var hexValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xFF
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	for i, c := range "ABCDEF" {
+		t[c] = byte(10 + i)
+	}
+	return t
+}()
+
 // parseUUID reads a uuid in any spelling Postgres accepts on input: 32 hex digits of either case,
 // optionally in braces, with a hyphen allowed after any group of four digits.
 func parseUUID(s []byte) (u [16]byte, ok bool) {
+	if len(s) == 36 && s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-' {
+		// The spelling Postgres prints, and so every row value's: no hyphen to place.
+		var bad byte
+		for i, j := 0, 0; i < 16; i++ {
+			if j == 8 || j == 13 || j == 18 || j == 23 {
+				j++
+			}
+			hi, lo := hexValue[s[j]], hexValue[s[j+1]]
+			bad |= hi | lo
+			u[i] = hi<<4 | lo
+			j += 2
+		}
+		return u, bad&0xF0 == 0
+	}
 	if len(s) >= 2 && s[0] == '{' && s[len(s)-1] == '}' {
 		s = s[1 : len(s)-1]
 	}
@@ -128,18 +156,8 @@ func parseUUID(s []byte) (u [16]byte, ok bool) {
 			}
 			continue
 		}
-		var v byte
-		switch {
-		case c >= '0' && c <= '9':
-			v = c - '0'
-		case c >= 'a' && c <= 'f':
-			v = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			v = c - 'A' + 10
-		default:
-			return u, false
-		}
-		if n == 32 {
+		v := hexValue[c]
+		if v == 0xFF || n == 32 {
 			return u, false
 		}
 		u[n/2] |= v << (4 * (1 - n%2))

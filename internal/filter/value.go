@@ -104,7 +104,24 @@ func AppendKey(dst []byte, t Type, v json.RawMessage) ([]byte, bool) {
 	if !ok || t == Unsupported {
 		return dst, false
 	}
+	if (t == Timestamp || t == LocalTimestamp || t == Date) && isCanonicalCalendar(v, t) {
+		return append(dst, v[1:len(v)-1]...), true // a valid value in its canonical spelling
+	}
 	return appendKey(dst, t, &s), true
+}
+
+// isCanonicalCalendar reports whether a JSON string has the shape of the canonical spelling of
+// a value of type t (see appendCalendar), as pgvalue writes every value in years 0001–9999.
+// A value of that shape that parses is its own canonical spelling.
+func isCanonicalCalendar(raw []byte, t Type) bool {
+	n := len(raw) - 2
+	switch t {
+	case Date:
+		return n == len("2006-01-02")
+	case LocalTimestamp:
+		return n == len("2006-01-02T15:04:05.000") && raw[11] == 'T' && raw[20] == '.'
+	}
+	return n == len("2006-01-02T15:04:05.000Z") && raw[11] == 'T' && raw[20] == '.' && raw[24] == 'Z'
 }
 
 // Key is AppendKey as a string.
