@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/client"
+	"github.com/jackc/pgx/v5"
 )
 
 // Transports a subscriber can use.
@@ -167,6 +168,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.Target = r.Mode + " " + cfg.Table + cfg.Channel
 
+	if cfg.Table != "" {
+		if err := warmUp(ctx, cfg, spec); err != nil {
+			return nil, err
+		}
+	}
 	before := r.sample(cfg.ServerPID)
 	subs, err := connect(ctx, cfg, spec)
 	r.Connected = len(subs)
@@ -285,6 +291,57 @@ func connect(ctx context.Context, cfg Config, spec subSpec) ([]subscriber, error
 		first = fmt.Errorf("connect %d subscribers: %w", cfg.Subs, ctx.Err())
 	}
 	return subs, first
+}
+
+// warmUp waits until a subscription to the table succeeds. A node whose changefeed has routed
+// no transaction yet has no position to start a subscription at, and answers subscribed
+// without one; then warmUp commits one row without a send time, before any subscriber
+// connects, and waits for the node to route it.
+func warmUp(ctx context.Context, cfg Config, spec subSpec) error {
+	endpoint, err := client.Endpoint(cfg.URL, "/v1/ws")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	wrote := false
+	for {
+		s, err := dialWS(ctx, http.DefaultClient, endpoint, spec)
+		if err == nil {
+			s.close()
+			return nil
+		}
+		var e *client.Error
+		if errors.As(err, &e) || ctx.Err() != nil {
+			return fmt.Errorf("subscribe to %s: %w", cfg.Table, err) // refused, or out of time
+		}
+		if !wrote {
+			if err := writeWarmUp(ctx, cfg); err != nil {
+				return err
+			}
+			wrote = true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func writeWarmUp(ctx context.Context, cfg Config) error {
+	table, err := ParseTable(cfg.Table)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to the bench database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "INSERT INTO "+table.Sanitize()+" (org_id) VALUES ('warm-up')"); err != nil {
+		return fmt.Errorf("write to %s: %w", table.Sanitize(), err)
+	}
+	return nil
 }
 
 // httpBase is the node's base URL over http or https.

@@ -146,6 +146,12 @@ func (w *writer) send(ctx context.Context, n int, rate float64, sent *atomic.Int
 		return fmt.Errorf("connect to the bench database: %w", err)
 	}
 	defer conn.Close(context.Background())
+	// Commits must flush their WAL, as they do by default. herald dev's private server turns
+	// synchronous_commit off for speed; then walsenders see a commit only once the WAL writer
+	// flushes it, every wal_writer_delay (200 ms), and latency would measure that timer.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		return w.failed(ctx, err)
+	}
 	t := w.table.Sanitize()
 	insert := `INSERT INTO ` + t + ` (org_id, payload, sent_at)
 		SELECT 'org_' || (g % 10), $1, $2 FROM generate_series(1, $3::int) g RETURNING id`
