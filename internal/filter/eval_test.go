@@ -382,3 +382,33 @@ func TestResultString(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalConcurrent: a Filter is shared by every subscriber with the same filter, and
+// evaluated from many goroutines at once. Run with -race.
+func TestEvalConcurrent(t *testing.T) {
+	f := mustParse(t, `{"or":[{"and":[{"eq":["org_id","acme"]},{"gt":["qty",5]}]},{"like":["name","a_%"]},{"in":["uid",["A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"]]}]}`)
+	rows := []change.Row{
+		row(t, `{"org_id":"acme","qty":7}`),
+		row(t, `{"org_id":"acme","qty":1,"name":"abc"}`),
+		row(t, `{"org_id":"x","qty":1,"name":"b","uid":"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"}`),
+		row(t, `{"org_id":"x","qty":1,"name":"b","uid":"00000000-0000-0000-0000-000000000000"}`),
+	}
+	want := []Result{True, True, True, False}
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 1000 {
+				for i, r := range rows {
+					if got := f.Eval(r); got != want[i] {
+						t.Errorf("Eval(row %d) = %v, want %v", i, got, want[i])
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+}

@@ -8,8 +8,8 @@ import (
 	"github.com/heraldrt/herald/internal/change"
 )
 
-// Filter is a compiled filter. It is immutable and safe for concurrent use. A nil *Filter, like
-// the one Parse returns for an absent filter, matches every row.
+// Filter is a compiled filter. It is immutable and safe for concurrent use. A nil *Filter, and
+// the one Parse returns for an absent filter, match every row.
 type Filter struct {
 	root *node  // nil: every row
 	text string // the canonical JSON form

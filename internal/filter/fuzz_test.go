@@ -55,6 +55,9 @@ func FuzzParse(f *testing.F) {
 			if !slices.Contains(Codes(), fe.Code) || fe.Detail == "" || fe.Fix == "" {
 				t.Fatalf("malformed error %#v", fe)
 			}
+			if len(fe.Error()) > 1024 { // it goes into an error frame's message
+				t.Fatalf("error of %d bytes: %.200s", len(fe.Error()), fe.Error())
+			}
 			return
 		}
 		s := flt.String()

@@ -6,14 +6,15 @@ import (
 	"unicode/utf8"
 )
 
-// A like pattern is matched in time linear in the text, whatever the pattern:
+// A like pattern is matched in time linear in the text, whatever the pattern, and never
+// backtracks:
 //
 //   - A pattern without _ is a list of literal parts between % signs. The first part must
 //     begin the text, the last must end it, and each part between is found, in order, at its
 //     leftmost place after the one before. Leftmost is never wrong: any later place leaves less
 //     text for the parts after it. Each search is a bytes.Index over what remains.
-//   - A pattern with _ runs as a bit-parallel NFA (shift-and): one bit per pattern position, a
-//     few word operations per character of text, no backtracking.
+//   - A pattern with _ runs as a bit-parallel NFA (shift-and): one bit per pattern position, so
+//     a few operations on at most maxPatternWords words per character of text.
 //
 // Matching is on characters, as Postgres matches in a UTF-8 database: _ takes one whole
 // character. A byte that is not valid UTF-8 counts as one character that no literal matches.

@@ -40,8 +40,9 @@ type parser struct {
 	nodes int
 }
 
-// Parse checks a filter against a table's columns and compiles it. A nil or empty raw, or JSON
-// null, is the filter that matches every row. A refused filter's error is an *Error.
+// Parse checks a filter against a table's columns, in table order, and compiles it. A nil or
+// empty raw, or JSON null, is the filter that matches every row. A refused filter's error is an
+// *Error. Neither raw nor cols is retained.
 func Parse(raw json.RawMessage, cols []Column) (*Filter, error) {
 	trimmed := bytes.Trim(raw, " \t\r\n")
 	if len(trimmed) == 0 || string(trimmed) == "null" {
@@ -135,7 +136,8 @@ func (p *parser) node(path string, depth int) (*node, *Error) {
 		if lo, ok := lookupOp(strings.ToLower(key)); ok {
 			fix = "operators are lowercase: " + lo.String()
 		}
-		return nil, badf(join(path, key), "unknown operator "+quote(key), fix)
+		// The path names the object: the key is the client's, of any length.
+		return nil, badf(path, "unknown operator "+quote(key), fix)
 	}
 	opPath := join(path, key)
 	n, err := p.operands(o, opPath, depth)

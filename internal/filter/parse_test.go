@@ -104,8 +104,9 @@ func TestParseErrors(t *testing.T) {
 		{"not an object", `[{"eq":["qty",1]}]`, CodeBadFilter, "", "a filter is a JSON object"},
 		{"string", `"qty"`, CodeBadFilter, "", "got the string"},
 		{"empty object", `{}`, CodeBadFilter, "", "empty object"},
-		{"unknown operator", `{"equals":["qty",1]}`, CodeBadFilter, "equals", `unknown operator "equals"`},
-		{"uppercase operator", `{"EQ":["qty",1]}`, CodeBadFilter, "EQ", "unknown operator"},
+		{"unknown operator", `{"equals":["qty",1]}`, CodeBadFilter, "", `unknown operator "equals"`},
+		{"unknown operator nested", `{"or":[{"eq":["qty",1]},{"not":{"EQ":["qty",1]}}]}`, CodeBadFilter, "or[1].not", "unknown operator"},
+		{"long unknown operator", `{"` + strings.Repeat("x", 1000) + `":1}`, CodeBadFilter, "", `unknown operator "xxxx`},
 		{"two operators", `{"eq":["qty",1],"gt":["qty",0]}`, CodeBadFilter, "", `holds "eq" and "gt"`},
 		{"duplicate operator", `{"eq":["qty",1],"eq":["qty",2]}`, CodeBadFilter, "", `holds "eq" and "eq"`},
 
