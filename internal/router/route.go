@@ -17,7 +17,8 @@ func (r *Router) Accept(_ context.Context, txn *change.Txn) error {
 	if txn.Overflow != nil {
 		r.overflow(txn)
 	}
-	rt := &routing{r: r}
+	rt := &r.rt
+	rt.r = r
 	for i := range txn.Events {
 		e := &txn.Events[i]
 		if e.Op == change.Message {
@@ -56,27 +57,23 @@ func (r *Router) overflow(txn *change.Txn) {
 // routing is the state of routing one transaction.
 type routing struct {
 	r      *Router
-	cands  []*entry
-	groups []group
+	cands  []*group
+	bodies []body
 }
 
-// group is one encoded body, shared by the subscribers of one op and column list.
-type group struct {
+// body is one encoded change body, shared by the subscribers of one op and column list.
+type body struct {
 	op    wire.Op
 	shape string
-	body  []byte
+	bytes []byte
 }
 
-func (rt *routing) collect(e *entry) {
-	if e.seen != rt.r.gen {
-		e.seen = rt.r.gen
-		rt.cands = append(rt.cands, e)
-	}
-}
-
-func (rt *routing) collectSet(set map[*entry]struct{}) {
-	for e := range set {
-		rt.collect(e)
+func (rt *routing) collect(gs groups) {
+	for _, g := range gs {
+		if g.seen != rt.r.gen {
+			g.seen = rt.r.gen
+			rt.cands = append(rt.cands, g)
+		}
 	}
 }
 
@@ -85,14 +82,16 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 	rt.r.routed.Add(1)
 	rt.r.gen++
 	rt.cands = rt.cands[:0]
-	rt.groups = rt.groups[:0]
+	rt.bodies = rt.bodies[:0]
 	pos := wire.TablePosition(e.LSN, idx).String()
 
 	if e.Op == change.Truncate {
-		t.each(func(en *entry) { rt.send(en, e, idx, pos, wire.OpTruncate, nil, nil, false) })
+		t.each(func(en *entry) {
+			rt.send(&member{sub: en.sub, target: en.target, shape: en.shape, columns: en.columns}, e, idx, pos, wire.OpTruncate, nil, nil, false)
+		})
 		return
 	}
-	rt.collectSet(t.scan)
+	rt.collect(t.scan)
 	for col, c := range t.byCol {
 		rt.lookup(c, e.After, col)
 		switch {
@@ -101,13 +100,28 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 		case e.Op == change.Delete:
 			// The old image lacks the column (the key alone was logged): any of this column's
 			// subscribers may have had the row in view.
-			for _, set := range c.keys {
-				rt.collectSet(set)
+			for _, gs := range c.keys {
+				rt.collect(gs)
 			}
 		}
 	}
-	for _, en := range rt.cands {
-		rt.view(en, e, idx, pos)
+	for _, g := range rt.cands {
+		op, row, old, keyOnly, ok := rt.view(g, e)
+		if !ok {
+			continue
+		}
+		for i := range g.members {
+			m := &g.members[i]
+			// An entry indexed under several keys (an in list) is in several groups; an update
+			// that moved the row between two of its keys reaches it once.
+			if g.multi > 0 && len(m.en.keys) > 1 {
+				if m.en.seen == rt.r.gen {
+					continue
+				}
+				m.en.seen = rt.r.gen
+			}
+			rt.send(m, e, idx, pos, op, row, old, keyOnly)
+		}
 	}
 }
 
@@ -122,49 +136,48 @@ func (rt *routing) lookup(c *column, row change.Row, col string) {
 		return
 	}
 	if key, ok := filter.Key(c.typ, v); ok {
-		rt.collectSet(c.keys[key])
+		rt.collect(c.keys[key])
 	}
 }
 
-func (rt *routing) eval(en *entry, row change.Row) filter.Result {
-	if en.filter == nil {
+func (rt *routing) eval(g *group, row change.Row) filter.Result {
+	if g.filter == nil {
 		return filter.True
 	}
 	rt.r.evals.Add(1)
-	return en.filter.Eval(row)
+	return g.filter.Eval(row)
 }
 
-// view sends en what its view needs of change e (see the package doc's table).
-func (rt *routing) view(en *entry, e *change.Event, idx uint32, pos string) {
+// view decides, once for a group, what its subscribers' view needs of change e (see the
+// package doc's table); ok is false when it needs nothing.
+func (rt *routing) view(g *group, e *change.Event) (op wire.Op, row, old change.Row, keyOnly, ok bool) {
 	switch e.Op {
 	case change.Insert:
-		if rt.eval(en, e.After) == filter.True {
-			rt.send(en, e, idx, pos, wire.OpInsert, e.After, nil, false)
+		if rt.eval(g, e.After) == filter.True {
+			return wire.OpInsert, e.After, nil, false, true
 		}
 	case change.Delete:
-		if e.Before == nil {
-			return
-		}
-		if rt.eval(en, e.Before) != filter.False {
-			rt.send(en, e, idx, pos, wire.OpDelete, nil, e.Before, e.BeforeKeyOnly)
+		if e.Before != nil && rt.eval(g, e.Before) != filter.False {
+			return wire.OpDelete, nil, e.Before, e.BeforeKeyOnly, true
 		}
 	case change.Update:
 		was := filter.Unknown
 		if e.Before != nil {
-			was = rt.eval(en, e.Before)
+			was = rt.eval(g, e.Before)
 		}
-		is := rt.eval(en, e.After)
+		is := rt.eval(g, e.After)
 		switch {
 		case is == filter.Unknown:
-			rt.send(en, e, idx, pos, wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly)
+			return wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly, true
 		case is == filter.True && was == filter.False:
-			rt.send(en, e, idx, pos, wire.OpEnter, e.After, nil, false)
+			return wire.OpEnter, e.After, nil, false, true
 		case is == filter.True:
-			rt.send(en, e, idx, pos, wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly)
+			return wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly, true
 		case was == filter.True || was == filter.Unknown && e.Before != nil:
-			rt.send(en, e, idx, pos, wire.OpLeave, nil, e.Before, e.BeforeKeyOnly)
+			return wire.OpLeave, nil, e.Before, e.BeforeKeyOnly, true
 		}
 	}
+	return "", nil, nil, false, false
 }
 
 // visibleOld is the old image a subscriber may see: one that was in its view, or the key
@@ -177,16 +190,15 @@ func visibleOld(was filter.Result, e *change.Event) change.Row {
 }
 
 // send encodes (once per op and column list) and queues the frame.
-func (rt *routing) send(en *entry, e *change.Event, idx uint32, pos string, op wire.Op, row, old change.Row, oldKeyOnly bool) {
-	var body []byte
-	for i := range rt.groups {
-		g := &rt.groups[i]
-		if g.op == op && g.shape == en.shape {
-			body = g.body
+func (rt *routing) send(en *member, e *change.Event, idx uint32, pos string, op wire.Op, row, old change.Row, oldKeyOnly bool) {
+	var b []byte
+	for i := range rt.bodies {
+		if rt.bodies[i].op == op && rt.bodies[i].shape == en.shape {
+			b = rt.bodies[i].bytes
 			break
 		}
 	}
-	if body == nil {
+	if b == nil {
 		c := wire.NewChange(e, idx)
 		c.Op = op
 		c.Row = project(row, en.columns)
@@ -196,10 +208,10 @@ func (rt *routing) send(en *entry, e *change.Event, idx uint32, pos string, op w
 		if c.Row == nil {
 			c.Omitted = nil
 		}
-		body = wire.AppendChangeBody(nil, &c)
-		rt.groups = append(rt.groups, group{op: op, shape: en.shape, body: body})
+		b = wire.AppendChangeBody(nil, &c)
+		rt.bodies = append(rt.bodies, body{op: op, shape: en.shape, bytes: b})
 	}
-	en.target.Deliver(en.sub, body, pos)
+	en.target.Deliver(en.sub, b, pos)
 	rt.r.delivered.Add(1)
 }
 

@@ -44,6 +44,7 @@ type Router struct {
 	tables map[string]*table // guarded by mu
 	head   change.LSN        // guarded by mu: commit LSN of the last transaction routed
 	gen    uint64            // guarded by mu: the routing generation, which dedupes candidates
+	rt     routing           // guarded by mu: Accept's scratch space, reused
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets

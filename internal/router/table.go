@@ -13,70 +13,137 @@ type entry struct {
 	shape   string          // the column list's name, shared by subscriptions with the same list
 	col     string          // the indexed column, or "" when the subscription is in scan
 	keys    []string        // its index keys
-	seen    uint64          // the routing generation that last collected it; owned by Accept
+	fkey    string          // its filter's canonical text: subscriptions with one filter share a group
+	seen    uint64          // the routing generation that last sent to it (in lists only); owned by Accept
+}
+
+// group is the subscriptions of one table that share a filter (and an index key): the filter
+// is evaluated once per change for all of them, however many sockets hold it. Its members are
+// a slice of what delivery needs, copied from their entries: delivering to a group walks
+// contiguous memory instead of chasing one pointer per subscriber.
+type group struct {
+	filter  *filter.Filter
+	members []member
+	multi   int    // members indexed under several keys (an in list), which need dedupe
+	seen    uint64 // the routing generation that last collected it; owned by Accept
+}
+
+// member is one subscription's delivery data within a group.
+type member struct {
+	sub     string
+	target  Target
+	shape   string
+	columns map[string]bool
+	en      *entry
+}
+
+// groups is a set of groups by filter text.
+type groups map[string]*group
+
+func (gs groups) add(e *entry) {
+	g := gs[e.fkey]
+	if g == nil {
+		g = &group{filter: e.filter}
+		gs[e.fkey] = g
+	}
+	g.members = append(g.members, member{sub: e.sub, target: e.target, shape: e.shape, columns: e.columns, en: e})
+	if len(e.keys) > 1 {
+		g.multi++
+	}
+}
+
+// remove detaches e and reports whether the set is now empty.
+func (gs groups) remove(e *entry) bool {
+	if g := gs[e.fkey]; g != nil {
+		for i := range g.members {
+			if g.members[i].en == e {
+				last := len(g.members) - 1
+				g.members[i] = g.members[last]
+				g.members[last] = member{}
+				g.members = g.members[:last]
+				if len(e.keys) > 1 {
+					g.multi--
+				}
+				break
+			}
+		}
+		if len(g.members) == 0 {
+			delete(gs, e.fkey)
+		}
+	}
+	return len(gs) == 0
+}
+
+func (gs groups) has(e *entry) bool {
+	if g := gs[e.fkey]; g != nil {
+		for i := range g.members {
+			if g.members[i].en == e {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // table holds the subscriptions of one table. Guarded by the Router's mu.
 type table struct {
 	count int
 	byCol map[string]*column
-	scan  map[*entry]struct{} // subscriptions no key indexes: evaluated on every change
+	scan  groups // subscriptions no key indexes: evaluated on every change
 }
 
 // column indexes the subscriptions whose filter pins one column to equality values.
 type column struct {
 	typ  filter.Type
-	keys map[string]map[*entry]struct{}
+	keys map[string]groups
 	n    int
 }
 
 func newTable() *table {
-	return &table{byCol: map[string]*column{}, scan: map[*entry]struct{}{}}
+	return &table{byCol: map[string]*column{}, scan: groups{}}
 }
 
 func (t *table) add(e *entry, types map[string]filter.Type) {
 	t.count++
 	if e.filter != nil {
+		e.fkey = e.filter.String()
 		if col, keys, ok := e.filter.IndexKeys(); ok && len(keys) > 0 {
 			c := t.byCol[col]
 			if c == nil {
-				c = &column{typ: types[col], keys: map[string]map[*entry]struct{}{}}
+				c = &column{typ: types[col], keys: map[string]groups{}}
 				t.byCol[col] = c
 			}
 			e.col, e.keys = col, keys
 			for _, k := range keys {
-				set := c.keys[k]
-				if set == nil {
-					set = map[*entry]struct{}{}
-					c.keys[k] = set
+				gs := c.keys[k]
+				if gs == nil {
+					gs = groups{}
+					c.keys[k] = gs
 				}
-				set[e] = struct{}{}
+				gs.add(e)
 			}
 			c.n++
 			return
 		}
 	}
-	t.scan[e] = struct{}{}
+	t.scan.add(e)
 }
 
 // remove detaches e and reports whether the table is now empty.
 func (t *table) remove(e *entry) bool {
 	if e.col == "" {
-		if _, ok := t.scan[e]; !ok {
+		if !t.scan.has(e) {
 			return false
 		}
-		delete(t.scan, e)
+		t.scan.remove(e)
 	} else {
 		c := t.byCol[e.col]
 		if c == nil {
 			return false
 		}
 		for _, k := range e.keys {
-			if set := c.keys[k]; set != nil {
-				delete(set, e)
-				if len(set) == 0 {
-					delete(c.keys, k)
-				}
+			if gs := c.keys[k]; gs != nil && gs.remove(e) {
+				delete(c.keys, k)
 			}
 		}
 		c.n--
@@ -88,20 +155,23 @@ func (t *table) remove(e *entry) bool {
 	return t.count == 0
 }
 
-// each calls fn for every subscription of the table.
+// each calls fn for every subscription of the table, once.
 func (t *table) each(fn func(*entry)) {
-	for e := range t.scan {
-		fn(e)
-	}
-	for _, c := range t.byCol {
-		seen := map[*entry]bool{}
-		for _, set := range c.keys {
-			for e := range set {
-				if !seen[e] {
+	seen := map[*entry]bool{}
+	visit := func(gs groups) {
+		for _, g := range gs {
+			for i := range g.members {
+				if e := g.members[i].en; !seen[e] {
 					seen[e] = true
 					fn(e)
 				}
 			}
+		}
+	}
+	visit(t.scan)
+	for _, c := range t.byCol {
+		for _, gs := range c.keys {
+			visit(gs)
 		}
 	}
 }
