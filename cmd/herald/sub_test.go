@@ -7,14 +7,18 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/heraldrt/herald/client"
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/server"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/testenv"
 	"go.uber.org/goleak"
 )
 
@@ -30,12 +34,19 @@ func noLeaks(t *testing.T) {
 // startNode runs an in-process node with anonymous connections and an API key.
 func startNode(t *testing.T) (base string) {
 	t.Helper()
+	return startNodeWith(t, nil)
+}
+
+// startNodeWith runs an in-process node, streaming tables when cf is set.
+func startNodeWith(t *testing.T, cf *changefeed.Config) (base string) {
+	t.Helper()
 	srv, err := server.New(server.Config{
 		Listen:          "127.0.0.1:0",
 		ShutdownTimeout: 5 * time.Second,
 		APIKeys:         []string{subTestAPIKey},
 		Auth:            auth.Config{AllowAnonymous: true},
 		Session:         session.Config{MaxSubscriptions: 4},
+		Changefeed:      cf,
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -45,6 +56,9 @@ func startNode(t *testing.T) (base string) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() {
+		for deadline := time.Now().Add(2 * time.Second); srv.Sessions() > 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("server Run: %v", err)
@@ -183,4 +197,67 @@ func TestSubExitCodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSubPrintsTableChanges(t *testing.T) {
+	noLeaks(t)
+	db := testenv.NewDatabase(t)
+	testenv.Exec(t, db, `CREATE TABLE items (id int PRIMARY KEY, org_id text, title text)`)
+	addr := startNodeWith(t, &changefeed.Config{DatabaseURL: db, Tables: []string{"public.items"}, Slot: slotFor(t, db),
+		StatusInterval: 200 * time.Millisecond, SilenceTimeout: 5 * time.Second})
+	waitUntil(t, "the node ready", 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	// A node that has routed no transaction has no position to start a subscription at.
+	testenv.Exec(t, db, `INSERT INTO items VALUES (0, 'warm-up', '')`)
+	var p *subProc
+	waitUntil(t, "a live table subscription", 30*time.Second, func() bool {
+		if p != nil {
+			if strings.Contains(p.stderr.String(), "subscribed") {
+				return true
+			}
+			select {
+			case err := <-p.done: // refused or malformed: try again
+				t.Logf("herald sub: %v", err)
+				p.done <- err // for its cleanup
+			default:
+				return false
+			}
+		}
+		p = startSub(t, "--url", addr, "--table", "public.items", "--filter", `{"eq":["org_id","acme"]}`, "--columns", "id,title", "--count", "2")
+		return false
+	})
+	testenv.Exec(t, db, `INSERT INTO items VALUES (1, 'other', 'no'), (2, 'acme', 'yes')`, `UPDATE items SET title = 'yes!' WHERE id = 2`)
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("herald sub: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("herald sub did not print two changes")
+	}
+	lines := strings.Split(strings.TrimSuffix(p.stdout.String(), "\n"), "\n")
+	for i, want := range []string{`"op":"insert","table":"public.items","row":{"id":2,"title":"yes"}`, `"op":"update","table":"public.items","row":{"id":2,"title":"yes!"}`} {
+		if i >= len(lines) || !strings.HasPrefix(lines[i], `{"type":"change","sub":"sub","pos":"`) || !strings.Contains(lines[i], want) {
+			t.Errorf("line %d of %q: want a change with %s", i, lines, want)
+		}
+	}
+}
+
+// slotFor is a replication slot name of the test's own: slots (and the leader lock named after
+// one) are global to the PostgreSQL cluster that concurrent tests share. The fresh database's
+// name is unique.
+func slotFor(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
 }

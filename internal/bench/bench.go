@@ -302,9 +302,11 @@ func warmUp(ctx context.Context, cfg Config, spec subSpec) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	const limit = 30 * time.Second
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	wrote := false
+	var last error
 	for {
 		s, err := dialWS(ctx, http.DefaultClient, endpoint, spec)
 		if err == nil {
@@ -312,9 +314,16 @@ func warmUp(ctx context.Context, cfg Config, spec subSpec) error {
 			return nil
 		}
 		var e *client.Error
-		if errors.As(err, &e) || ctx.Err() != nil {
-			return fmt.Errorf("subscribe to %s: %w", cfg.Table, err) // refused, or out of time
+		if errors.As(err, &e) {
+			return fmt.Errorf("subscribe to %s: %w", cfg.Table, err)
 		}
+		if ctx.Err() != nil {
+			if last == nil {
+				last = err
+			}
+			return fmt.Errorf("no subscription to %s within %s: the node routed no transaction of it (last: %w)", cfg.Table, limit, last)
+		}
+		last = err
 		if !wrote {
 			if err := writeWarmUp(ctx, cfg); err != nil {
 				return err

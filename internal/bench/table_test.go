@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	neturl "net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +37,7 @@ func startTableServer(t *testing.T) (url, dbURL string) {
 		Changefeed: &changefeed.Config{
 			DatabaseURL:    dbURL,
 			Tables:         []string{"public.bench_items"},
+			Slot:           slotFor(t, dbURL),
 			StatusInterval: 200 * time.Millisecond,
 			SilenceTimeout: 5 * time.Second,
 		},
@@ -113,4 +116,16 @@ func TestRunTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// slotFor is a replication slot name of the test's own: slots (and the leader lock named after
+// one) are global to the PostgreSQL cluster that concurrent tests share. The fresh database's
+// name is unique.
+func slotFor(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := neturl.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
 }

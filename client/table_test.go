@@ -1,0 +1,197 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/changefeed"
+	"github.com/heraldrt/herald/internal/testenv"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// startTableNode runs a node streaming public.items of a fresh database, and returns once a
+// subscription to it can start: once the node has routed a transaction.
+func startTableNode(t *testing.T) (*node, string) {
+	t.Helper()
+	db := testenv.NewDatabase(t)
+	testenv.Exec(t, db,
+		`CREATE TABLE items (id int PRIMARY KEY, org_id text, title text, done bool)`,
+		`ALTER TABLE items REPLICA IDENTITY FULL`)
+	cfg := baseConfig()
+	cfg.Changefeed = &changefeed.Config{
+		DatabaseURL:    db,
+		Tables:         []string{"public.items"},
+		Slot:           slotFor(t, db),
+		StatusInterval: 200 * time.Millisecond,
+		SilenceTimeout: 5 * time.Second,
+	}
+	n := startNode(t, cfg)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(n.http + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node was not ready within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A node that has routed no transaction answers subscribed without a pos, which this
+	// client refuses as a malformed frame: route one first.
+	testenv.Exec(t, db, `INSERT INTO items (id, org_id) VALUES (0, 'warm-up')`)
+	for {
+		c := dial(t, n)
+		_, err := c.Subscribe(ctxFor(t, 5*time.Second), Subscription{Sub: "probe", Table: "public.items"})
+		c.Close()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no subscription to public.items within 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return n, db
+}
+
+func TestTableChanges(t *testing.T) {
+	n, db := startTableNode(t)
+	c := dial(t, n)
+	ctx := ctxFor(t, 20*time.Second)
+	pos, err := c.Subscribe(ctx, Subscription{Sub: "mine", Table: "public.items",
+		Filter: json.RawMessage(`{"eq":["org_id","acme"]}`), Columns: []string{"id", "title", "done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pos.IsTable() {
+		t.Fatalf("subscribed at %v, want a table position", pos)
+	}
+	testenv.Exec(t, db,
+		`INSERT INTO items VALUES (1, 'acme', 'milk', false), (2, 'other', 'eggs', false)`,
+		`UPDATE items SET done = true WHERE id = 1`,
+		`UPDATE items SET org_id = 'other' WHERE id = 1`,
+		`DELETE FROM items WHERE id = 2`)
+
+	type seen struct {
+		Op  wire.Op
+		Row string
+		Old string
+	}
+	row := func(r []byte, err error) string {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(r)
+	}
+	var got []seen
+	var first, last Position
+	for len(got) < 3 {
+		f, raw, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next: %v; so far %v", err, got)
+		}
+		ch, ok := f.(*Change)
+		if !ok {
+			t.Fatalf("got %s, want a change", raw)
+		}
+		if ch.Sub != "mine" || ch.Table != "public.items" || !ch.Position().IsTable() || ch.CommitTime.IsZero() {
+			t.Errorf("change %s", raw)
+		}
+		if !last.IsZero() && ch.LSN < last.LSN {
+			t.Errorf("change at %v after %v: out of order", ch.Position(), last)
+		}
+		last = ch.Position()
+		if first.IsZero() {
+			first = last
+		}
+		s := seen{Op: ch.Op}
+		if ch.Row != nil {
+			s.Row = row(json.Marshal(ch.Row))
+		}
+		if ch.Old != nil {
+			s.Old = row(json.Marshal(ch.Old))
+		}
+		got = append(got, s)
+	}
+	want := []seen{
+		{Op: wire.OpInsert, Row: `{"id":1,"title":"milk","done":false}`},
+		{Op: wire.OpUpdate, Row: `{"id":1,"title":"milk","done":true}`, Old: `{"id":1,"title":"milk","done":false}`},
+		{Op: wire.OpLeave, Old: `{"id":1,"title":"milk","done":true}`},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+	if p, _ := c.Position("mine"); p != last {
+		t.Errorf("Position = %v, want the last change's %v", p, last)
+	}
+
+	// Resuming from the first change: this node keeps no table history, so a resync says
+	// what it cannot replay, and the live stream goes on after it.
+	c2 := dial(t, n)
+	if _, err := c2.Subscribe(ctx, Subscription{Sub: "again", Table: "public.items", From: first}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, db, `INSERT INTO items VALUES (3, 'acme', 'tea', false)`)
+	f, raw := next(t, c2)
+	r, ok := f.(*Resync)
+	if !ok {
+		t.Fatalf("first frame after a resume from %v: %s, want a resync", first, raw)
+	}
+	if r.Sub != "again" || r.Reason != wire.ResyncHistoryExpired || r.Last.LSN < last.LSN {
+		t.Errorf("resync %s: want history_expired up to at least %v", raw, last)
+	}
+	if p, _ := c2.Position("again"); p != r.Last {
+		t.Errorf("Position after the resync = %v, want its last %v", p, r.Last)
+	}
+	f, raw = next(t, c2)
+	if ch, ok := f.(*Change); !ok || ch.Op != wire.OpInsert || ch.LSN <= r.Last.LSN {
+		t.Errorf("after the resync: %s, want the insert of id 3", raw)
+	}
+}
+
+func TestTableErrors(t *testing.T) {
+	n, _ := startTableNode(t)
+	c := dial(t, n)
+	ctx := ctxFor(t, 10*time.Second)
+	tests := []struct {
+		name string
+		sub  Subscription
+		code Code
+	}{
+		{"unknown table", Subscription{Sub: "a", Table: "public.nope"}, wire.CodeUnknownTable},
+		{"unknown column", Subscription{Sub: "b", Table: "public.items", Columns: []string{"id", "nope"}}, wire.CodeUnknownColumn},
+		{"bad filter", Subscription{Sub: "c", Table: "public.items", Filter: json.RawMessage(`{"frob":["id",1]}`)}, wire.CodeBadFilter},
+		{"a channel position", Subscription{Sub: "d", Table: "public.items", From: wire.ChannelPosition("e", 1)}, wire.CodeBadPosition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.Subscribe(ctx, tt.sub)
+			var e *Error
+			if !errors.As(err, &e) || e.Code != tt.code {
+				t.Errorf("Subscribe = %v, want %s", err, tt.code)
+			}
+		})
+	}
+}
+
+// slotFor is a replication slot name of the test's own: slots (and the leader lock named after
+// one) are global to the PostgreSQL cluster that concurrent tests share. The fresh database's
+// name is unique.
+func slotFor(t *testing.T, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
