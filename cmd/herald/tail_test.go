@@ -171,9 +171,10 @@ func TestTailKilledMidStreamResumesWithNoGapAndNoDuplicate(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 
-	args := []string{"--database-url", url, "--table", "items", "--slot", "tail_kill", "--log-level", "warn"}
+	slot := testenv.SlotName(t, url)
+	args := []string{"--database-url", url, "--table", "items", "--slot", slot, "--log-level", "warn"}
 	first := startTail(t, args...)
-	waitUntil(t, "the first tail to stream", 30*time.Second, func() bool { return slotActive(t, conn, "tail_kill") })
+	waitUntil(t, "the first tail to stream", 30*time.Second, func() bool { return slotActive(t, conn, slot) })
 
 	const total = 3000
 	written := make(chan error, 1)
@@ -229,9 +230,10 @@ func TestTailStandbyTakesOverWhenTheLeaderIsKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	args := []string{"--database-url", url, "--table", "items", "--slot", "tail_lead", "--log-level", "info"}
+	slot := testenv.SlotName(t, url)
+	args := []string{"--database-url", url, "--table", "items", "--slot", slot, "--log-level", "info"}
 	a := startTail(t, args...)
-	waitUntil(t, "one tail to stream", 30*time.Second, func() bool { return slotActive(t, conn, "tail_lead") })
+	waitUntil(t, "one tail to stream", 30*time.Second, func() bool { return slotActive(t, conn, slot) })
 	b := startTail(t, args...)
 	waitUntil(t, "the second tail to stand by", 30*time.Second, func() bool {
 		return strings.Contains(b.stderr.String(), "standing by")

@@ -349,7 +349,7 @@ func TestReconnectAfterBackendDiesHandsNothingOnTwice(t *testing.T) {
 	}
 	sink.waitEvents(t, 3)
 	// Kill the walsender before it can have been told about the last transactions.
-	testenv.Exec(t, url, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'herald'`)
+	testenv.Exec(t, url, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = current_database()`)
 	for i := 4; i <= 6; i++ {
 		testenv.Exec(t, url, fmt.Sprintf(`INSERT INTO items VALUES (%d, 'a', 'b', 1, NULL)`, i))
 	}
@@ -396,7 +396,7 @@ func TestConfirmsOnlyAcceptedTransactions(t *testing.T) {
 		t.Fatalf("second accepted id = %s, want 2", got)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for queryLSN(t, url, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'herald'`) < txns[1].EndLSN {
+	for queryLSN(t, url, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE database = current_database()`) < txns[1].EndLSN {
 		if time.Now().After(deadline) {
 			t.Fatalf("slot never confirmed %s (first end %s)", txns[1].EndLSN, firstEnd)
 		}
@@ -412,7 +412,7 @@ func TestIdlePublicationStillAdvancesTheSlot(t *testing.T) {
 	target := queryLSN(t, url, `SELECT pg_current_wal_lsn()::text`)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		confirmed := queryLSN(t, url, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'herald'`)
+		confirmed := queryLSN(t, url, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE database = current_database()`)
 		if confirmed >= target {
 			return
 		}

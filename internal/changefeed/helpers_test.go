@@ -117,6 +117,7 @@ func (w testLog) Write(b []byte) (int, error) {
 func testConfig(db string, tables ...string) Config {
 	return Config{
 		DatabaseURL:    db,
+		Slot:           slotFor(db),
 		Tables:         tables,
 		StatusInterval: 200 * time.Millisecond,
 		SilenceTimeout: 2 * time.Second,
@@ -125,6 +126,16 @@ func testConfig(db string, tables ...string) Config {
 		BackoffMax:     500 * time.Millisecond,
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
+}
+
+// slotFor is the test database's own slot name: slots are global to the cluster.
+func slotFor(url string) string {
+	i := strings.LastIndex(url, "/")
+	name := url[i+1:]
+	if q := strings.IndexByte(name, '?'); q >= 0 {
+		name = name[:q]
+	}
+	return name
 }
 
 // logTo sends cfg's logs to t's log.

@@ -120,7 +120,7 @@ func TestSilentConnectionIsAbandonedAndRestarted(t *testing.T) {
 	}
 	// The old walsender still holds the slot until Postgres notices; end it as an operator
 	// would, so the restarted stream can take the slot.
-	testenv.Exec(t, url0, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'herald' AND active`)
+	testenv.Exec(t, url0, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = current_database() AND active`)
 	hole.frozen.Store(false)
 	events := sink.waitEvents(t, 2)
 	if got := col(t, events[1].After, "id"); got != "2" {

@@ -25,6 +25,7 @@ func startWithDB(t *testing.T, setup ...string) (*running, string) {
 	cfg.Session.MaxSubscriptions = 50
 	cfg.Changefeed = &changefeed.Config{
 		DatabaseURL:    url,
+		Slot:           testenv.SlotName(t, url),
 		Tables:         []string{"public.items"},
 		StatusInterval: 200 * time.Millisecond,
 		SilenceTimeout: 5 * time.Second,

@@ -9,7 +9,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
+	neturl "net/url"
+	"strings"
 	"os"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func NewDatabase(t testing.TB) string {
 	}
 	t.Cleanup(func() { dropDatabase(t, base, name) })
 
-	u, err := url.Parse(base)
+	u, err := neturl.Parse(base)
 	if err != nil {
 		t.Fatalf("testenv: parse %s: %v", DatabaseURLEnv, err)
 	}
@@ -125,4 +126,15 @@ func Exec(t testing.TB, url string, sql ...string) {
 			t.Fatalf("testenv: %s: %v", s, err)
 		}
 	}
+}
+
+// SlotName is a replication slot name unique to the database at url: slots are global to a
+// Postgres cluster, so tests running at once must not share one.
+func SlotName(t testing.TB, url string) string {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatalf("testenv: parse %s: %v", url, err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
 }
