@@ -10,8 +10,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	neturl "net/url"
-	"strings"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
