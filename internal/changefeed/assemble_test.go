@@ -227,6 +227,7 @@ func FuzzAssemble(f *testing.F) {
 	f.Add(seq(begin(0x10, 1), msg{'U'}.u32(100).u8('O').raw(tuple("1", "b", "n")).u8('N').raw(tuple("1", "u", "o")), commit(0x10, 0x20)))
 	f.Add(seq(msg{'Y'}.u32(16500).str("").str("int4"), msg{'M'}.u8(0).u64(5).str("x").u32(1).raw([]byte("y"))))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		input := len(data)
 		a := newTestAssembler()
 		a.messages = func(string) bool { return true }
 		// Every sequence starts with the relation known, so changes reach the tuple decoder.
@@ -245,10 +246,27 @@ func FuzzAssemble(f *testing.F) {
 				continue
 			}
 			for _, e := range res.txn.Events {
-				if b := e.AppendJSON(nil); !jsonValid(b) {
+				b := e.AppendJSON(nil)
+				if len(b) > 64*input+4096 {
+					t.Fatalf("a %d-byte input made a %d-byte event: %.300s", input, len(b), b)
+				}
+				if !jsonValid(b) {
 					t.Fatalf("event encodes to invalid JSON: %s", b)
 				}
 			}
 		}
 	})
+}
+
+// TestMessageLengthCannotReachPastTheMessage: a logical message whose content length runs past
+// its end must fail, even when the bytes after it are there (the rest of a receive buffer).
+func TestMessageLengthCannotReachPastTheMessage(t *testing.T) {
+	m := msg{'M'}.u8(0).u64(5).str("p").u32(64).raw([]byte("short"))
+	buf := append(append([]byte{}, m...), make([]byte, 4096)...) // the "rest of the buffer"
+	a := newTestAssembler()
+	a.messages = func(string) bool { return true }
+	res, err := a.handle(0, buf[:len(m)])
+	if err == nil {
+		t.Fatalf("a content length past the message was accepted: %+v", res.txn)
+	}
 }

@@ -18,6 +18,11 @@ func parseMessage(data []byte, inStream bool) (msg pglogrepl.Message, err error)
 	if len(data) == 0 {
 		return nil, fmt.Errorf("empty pgoutput message")
 	}
+	// Capacity is cut to length: pglogrepl slices a logical message's content by the length
+	// the message claims, and a slice may legally reach past its length into its capacity,
+	// which here is the rest of the connection's receive buffer. A corrupt length would then
+	// read other messages' bytes (or hundreds of megabytes of them) instead of failing.
+	data = data[:len(data):len(data)]
 	if pglogrepl.MessageType(data[0]) == pglogrepl.MessageTypeTruncate {
 		body := data[1:]
 		if inStream {
