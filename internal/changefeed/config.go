@@ -62,6 +62,9 @@ type Config struct {
 
 	// OnEnd is called once each time the stream dies on its own (never for a stop), with why.
 	OnEnd func(err error)
+	// OnStream is called each time a stream goes live, with the position it resumes after:
+	// every transaction it hands on commits at or after it.
+	OnStream func(start change.LSN)
 	// Logger receives the feed's logs. Default slog.Default().
 	Logger *slog.Logger
 }

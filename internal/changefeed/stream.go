@@ -101,6 +101,9 @@ func (f *Feed) session(ctx context.Context) error {
 		return pgError(StageStream, "start replication", err)
 	}
 	log.Info("streaming", "from", start, "publication", f.cfg.Publication)
+	if f.cfg.OnStream != nil {
+		f.cfg.OnStream(max(start, slot.confirmed))
+	}
 	f.update(func(s *Stats) { s.Streaming, s.Failure, s.ConfirmFailures = true, "", 0 })
 
 	p := &pump{

@@ -30,7 +30,7 @@ func (r *Router) Accept(_ context.Context, txn *change.Txn) error {
 		}
 		rt.event(t, e, uint32(i+1))
 	}
-	r.head = txn.CommitLSN
+	r.head, r.live = txn.CommitLSN, true
 	return nil
 }
 
@@ -61,11 +61,15 @@ type routing struct {
 	bodies []body
 }
 
-// body is one encoded change body, shared by the subscribers of one op and column list.
+// body is one encoded change body, shared by the subscribers of one op, column list and old
+// image: the old image depends on what each group's filter saw, and one group's view must
+// never reach another's subscribers.
 type body struct {
-	op    wire.Op
-	shape string
-	bytes []byte
+	op      wire.Op
+	shape   string
+	withOld bool
+	keyOnly bool
+	bytes   []byte
 }
 
 func (rt *routing) collect(gs groups) {
@@ -192,9 +196,11 @@ func visibleOld(was filter.Result, e *change.Event) change.Row {
 // send encodes (once per op and column list) and queues the frame.
 func (rt *routing) send(en *member, e *change.Event, idx uint32, pos string, op wire.Op, row, old change.Row, oldKeyOnly bool) {
 	var b []byte
+	withOld := old != nil
 	for i := range rt.bodies {
-		if rt.bodies[i].op == op && rt.bodies[i].shape == en.shape {
-			b = rt.bodies[i].bytes
+		bd := &rt.bodies[i]
+		if bd.op == op && bd.shape == en.shape && bd.withOld == withOld && bd.keyOnly == oldKeyOnly {
+			b = bd.bytes
 			break
 		}
 	}
@@ -209,7 +215,7 @@ func (rt *routing) send(en *member, e *change.Event, idx uint32, pos string, op 
 			c.Omitted = nil
 		}
 		b = wire.AppendChangeBody(nil, &c)
-		rt.bodies = append(rt.bodies, body{op: op, shape: en.shape, bytes: b})
+		rt.bodies = append(rt.bodies, body{op: op, shape: en.shape, withOld: withOld, keyOnly: oldKeyOnly, bytes: b})
 	}
 	en.target.Deliver(en.sub, b, pos)
 	rt.r.delivered.Add(1)

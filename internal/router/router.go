@@ -45,6 +45,7 @@ type Router struct {
 	head   change.LSN        // guarded by mu: commit LSN of the last transaction routed
 	gen    uint64            // guarded by mu: the routing generation, which dedupes candidates
 	rt     routing           // guarded by mu: Accept's scratch space, reused
+	live   bool              // guarded by mu: the stream has gone live (Seed or Accept)
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets
@@ -84,6 +85,18 @@ func (r *Router) Stats() Stats {
 	}
 	r.mu.RUnlock()
 	return Stats{Routed: r.routed.Load(), Delivered: r.delivered.Load(), Evaluations: r.evals.Load(), Subscriptions: n}
+}
+
+// Seed sets the position subscriptions start after when the stream goes live at start (an
+// end LSN it resumes after), until a transaction is routed. Every later transaction commits
+// at or after start, so start-1 is strictly before all of them.
+func (r *Router) Seed(start change.LSN) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live = true
+	if r.head == 0 && start > 0 {
+		r.head = start - 1
+	}
 }
 
 // Head is the commit LSN of the last transaction routed.
@@ -148,6 +161,13 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (wire.Position, fun
 	}
 
 	r.mu.Lock()
+	if !r.live {
+		r.mu.Unlock()
+		// Until the stream is live there is no position a subscription could honestly start
+		// after: a resume could not be checked, nor a later change be promised.
+		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnavailable,
+			Message: "the change stream is not live yet (the replication stream is starting); retry with backoff"}
+	}
 	t := r.tables[table]
 	if t == nil {
 		t = newTable()

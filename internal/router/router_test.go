@@ -94,6 +94,7 @@ func newRouter(t testing.TB) *Router {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.Seed(1) // the stream is live
 	return r
 }
 
@@ -206,6 +207,38 @@ func TestUnsubscribeStopsDelivery(t *testing.T) {
 	}
 	if st := r.Stats(); st.Subscriptions != 0 {
 		t.Errorf("stats %+v after unsubscribe", st)
+	}
+}
+
+func TestSubscribeBeforeTheStreamIsLiveIsUnavailable(t *testing.T) {
+	r, err := New(Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "s", Target: newRecorder()})
+	if wire.CodeOf(err) != wire.CodeUnavailable {
+		t.Fatalf("subscribe before the stream is live: %v, want unavailable", err)
+	}
+}
+
+// TestOldImageFollowsEachGroupsView: two groups get an update with different old images (one
+// saw the old row, one did not); neither may receive the other's.
+func TestOldImageFollowsEachGroupsView(t *testing.T) {
+	r := newRouter(t)
+	rec := newRecorder()
+	subscribe(t, r, rec, "big", `{"gt":["qty",5]}`)
+	subscribe(t, r, rec, "small", `{"lt":["qty",5]}`)
+	after := change.Row{{Name: "id", Value: json.RawMessage(`1`)}, {Name: "org_id", Value: json.RawMessage(`"acme"`)}}
+	for i := 0; i < 20; i++ {
+		_ = r.Accept(context.Background(), txn(change.LSN(10+i), change.Event{Op: change.Update, Before: row(1, "acme", 9), After: after, Omitted: []string{"qty"}}))
+	}
+	for _, f := range rec.frames["small"] {
+		if f["old"] != nil {
+			t.Fatalf("small, whose filter excluded the old row, got its old image: %v", f)
+		}
+	}
+	if len(rec.frames["big"]) == 0 || rec.frames["big"][0]["old"] == nil {
+		t.Fatalf("big frames %v: want the old image it saw", rec.frames["big"])
 	}
 }
 

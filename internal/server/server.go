@@ -136,6 +136,7 @@ func New(cfg Config) (*Server, error) {
 			schema.Close()
 			return nil, err
 		}
+		fc.OnStream = r.Seed
 		feed, err := changefeed.New(fc, r)
 		if err != nil {
 			schema.Close()

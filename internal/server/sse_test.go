@@ -196,7 +196,9 @@ func TestSSELastEventIDReportsTheGap(t *testing.T) {
 		t.Fatalf("GET: %d", resp.StatusCode)
 	}
 	c.next("welcome")
-	c.next("subscribed")
+	if sev := c.next("subscribed"); sev.id != last {
+		t.Errorf("subscribed event id %q, want %q: a reconnect must resume where the stream starts", sev.id, last)
+	}
 	ev := c.next("resync")
 	if ev.frame["reason"] != "history_expired" || ev.frame["lost"] != float64(2) {
 		t.Errorf("resync %v, want 2 lost, history_expired", ev.frame)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
@@ -89,7 +90,9 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	}
 	// The slot is taken before the hub is asked, so a concurrent subscribe with the same sub
 	// cannot slip in; it is live for Deliver from the moment the hub attaches it.
-	su := &subscription{sub: f.Sub, head: wire.AppendDataHead(nil, kind, f.Sub), unsubscribe: func() {}, pending: true}
+	s.gen++
+	su := &subscription{sub: f.Sub, key: f.Sub + "\x00" + strconv.FormatUint(s.gen, 36),
+		head: wire.AppendDataHead(nil, kind, f.Sub), unsubscribe: func() {}, pending: true}
 	s.subs[f.Sub] = su
 	s.mu.Unlock()
 
@@ -183,7 +186,7 @@ func (s *Session) Unsubscribe(id, sub string) *wire.Error {
 			Message: fmt.Sprintf("this connection has no subscription %q", sub)}
 	}
 	su.unsubscribe()
-	s.lanes.Forget(sub)
+	s.lanes.Forget(su.key)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,7 +103,10 @@ func (c Config) withDefaults() Config {
 		c.CloseGrace = 2 * time.Second
 	}
 	if c.Lanes.EncodeMarker == nil {
-		c.Lanes.EncodeMarker = wire.AppendMarker
+		c.Lanes.EncodeMarker = func(dst []byte, m delivery.Marker) []byte {
+			m.Key = subOfKey(m.Key) // lanes keys carry a generation; the client knows the sub
+			return wire.AppendMarker(dst, m)
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -140,6 +144,7 @@ type Session struct {
 	expiry   *time.Timer              // guarded by mu: sends expiring, then closes
 	closed   bool                     // guarded by mu: no subscription may be added
 
+	gen          uint64        // guarded by mu: subscriptions made, for lane keys
 	closing      chan struct{} // closed by the first Close or Lost
 	closeMu      sync.Mutex
 	closeStarted bool           // guarded by closeMu
@@ -154,6 +159,9 @@ type Session struct {
 // subscription is one of the session's subscriptions.
 type subscription struct {
 	sub         string
+	// key is the subscription's lanes key: the sub and a generation, so data and markers still
+	// queued for an earlier subscription with the same sub are told apart and dropped.
+	key         string
 	head        []byte // the data frames' per-subscription prefix, encoded once
 	unsubscribe func()
 	// pending is true from the moment the producer attaches the subscription until its
@@ -265,7 +273,7 @@ func (s *Session) deliver(sub string, body []byte, pos string, withHead bool) {
 		s.mu.Unlock()
 		return // unsubscribed while the producer was delivering
 	}
-	f := delivery.Frame{Body: body, Key: sub, Pos: pos}
+	f := delivery.Frame{Body: body, Key: su.key, Pos: pos}
 	if withHead {
 		f.Head = su.head
 	}
@@ -322,6 +330,24 @@ func (s *Session) CloseCode() wire.CloseCode {
 	return c
 }
 
+// Abort lets go of a session that never ran (its transport refused it before Run): it stops
+// the expiry timer, detaches every subscription and closes the lanes.
+func (s *Session) Abort() {
+	s.close(wire.CloseNormal, "", true)
+	s.mu.Lock()
+	s.closed = true
+	subs := s.subs
+	s.subs = map[string]*subscription{}
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	s.mu.Unlock()
+	for _, su := range subs {
+		su.unsubscribe()
+	}
+	s.lanes.Close()
+}
+
 // Closing is closed once Close has been called.
 func (s *Session) Closing() <-chan struct{} { return s.closing }
 
@@ -372,8 +398,49 @@ func (s *Session) Run(ctx context.Context) {
 	s.finish()
 }
 
+// subOfKey is the sub of a lanes key.
+func subOfKey(key string) string {
+	if i := strings.IndexByte(key, 0); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// live drops the data and markers of subscriptions that have ended, or been replaced by a
+// new one with the same sub, and gives the rest their client-facing sub back. After an
+// unsubscribed reply, nothing of the old subscription may follow.
+func (s *Session) live(items []delivery.Item) []delivery.Item {
+	out := items[:0]
+	s.mu.Lock()
+	for _, it := range items {
+		switch it.Kind {
+		case delivery.KindData:
+			su := s.subs[subOfKey(it.Key)]
+			if su == nil || su.key != it.Key {
+				continue
+			}
+			it.Key = su.sub
+		case delivery.KindMarker:
+			if it.Marker != nil {
+				su := s.subs[subOfKey(it.Marker.Key)]
+				if su == nil || su.key != it.Marker.Key {
+					continue
+				}
+				it.Marker.Key = su.sub
+			}
+		}
+		out = append(out, it)
+	}
+	s.mu.Unlock()
+	return out
+}
+
 // write writes one batch under the slow-client deadline.
 func (s *Session) write(ctx context.Context, items []delivery.Item) error {
+	items = s.live(items)
+	if len(items) == 0 {
+		return nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.SlowTimeout)
 	defer cancel()
 	err := s.transport.Write(wctx, items)

@@ -113,13 +113,24 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := session.New(h.cfg.Session, h.deps, t, ident)
 	if err != nil {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the server could not open a session"})
+		startStream(w, flusher)
+		_, _ = fmt.Fprintf(w, "retry: 2000\n\ndata: {\"type\":\"error\",\"code\":\"internal\",\"status\":500,\"message\":\"the server could not open a session\"}\n\n")
+		flusher.Flush()
 		return
 	}
 	s.Send(s.Welcome(""))
 	if sub != nil {
 		if we := s.Subscribe(sub); we != nil {
-			s.Close(wire.CloseNormal, "")
+			s.Abort()
+			if we.StatusCode() >= 500 {
+				// A refusal that may pass: a 200 stream that ends at once, so EventSource
+				// retries instead of giving up for good.
+				startStream(w, flusher)
+				b, _ := wire.AppendFrame(nil, we)
+				_, _ = fmt.Fprintf(w, "retry: 2000\n\ndata: %s\n\n", b)
+				flusher.Flush()
+				return
+			}
 			websocket.WriteHTTPError(w, we)
 			return
 		}
@@ -260,7 +271,7 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 			b = append(b, ' ')
 			b = append(b, it.Marker.Last...)
 			b = append(b, '\n')
-		case it.Kind == delivery.KindControl && t.urlSub != "" && bytes.HasPrefix(it.Body, resyncPrefix):
+		case it.Kind == delivery.KindControl && t.urlSub != "" && (bytes.HasPrefix(it.Body, resyncPrefix) || bytes.HasPrefix(it.Body, subscribedPrefix)):
 			// A resumed subscription's gap goes out as a control frame; its id lets the next
 			// reconnect resume after the gap rather than report it again.
 			if id := resyncEventID(it.Body, t.urlSub); id != "" {
@@ -286,20 +297,32 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 }
 
 var (
-	resyncPrefix = []byte(`{"type":"resync"`)
-	errorPrefix  = []byte(`{"type":"error"`)
+	resyncPrefix     = []byte(`{"type":"resync"`)
+	subscribedPrefix = []byte(`{"type":"subscribed"`)
+	// An unprompted error (no id) explains an ending; a reply to one request does not.
+	errorPrefix = []byte(`{"type":"error","code"`)
 )
 
-// resyncEventID is the event id of a resync frame of the URL subscription, or "".
+// resyncEventID is the event id of a resync or subscribed frame of the URL subscription (its
+// last position, or the position it starts after), or "" for another subscription's, or a
+// subscribed at no position yet.
 func resyncEventID(frame []byte, urlSub string) string {
 	var r struct {
 		Sub  string        `json:"sub"`
 		Last wire.Position `json:"last"`
+		Pos  wire.Position `json:"pos"`
 	}
 	if json.Unmarshal(frame, &r) != nil || r.Sub != urlSub {
 		return ""
 	}
-	return string(wire.AppendEventID(nil, r.Sub, r.Last))
+	p := r.Last
+	if p.IsZero() {
+		p = r.Pos
+	}
+	if p.IsZero() {
+		return ""
+	}
+	return string(wire.AppendEventID(nil, r.Sub, p))
 }
 
 func (t *transport) comment(text string) error {

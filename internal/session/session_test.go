@@ -1,0 +1,108 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/wire"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// gatedTransport records what is written, and holds each Write until the gate opens.
+type gatedTransport struct {
+	mu      sync.Mutex
+	frames  []string
+	started chan struct{} // one token per Write begun
+	gate    chan struct{}
+	closed  chan struct{}
+	once    sync.Once
+}
+
+func newGated() *gatedTransport {
+	return &gatedTransport{started: make(chan struct{}, 64), gate: make(chan struct{}), closed: make(chan struct{})}
+}
+
+func (g *gatedTransport) Write(ctx context.Context, items []delivery.Item) error {
+	g.started <- struct{}{}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.closed:
+		return context.Canceled
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, it := range items {
+		g.frames = append(g.frames, string(it.Head)+string(it.Body))
+	}
+	return nil
+}
+
+func (g *gatedTransport) Close(wire.CloseCode, string) { g.once.Do(func() { close(g.closed) }) }
+
+// fakeChannels attaches every subscription and publishes nothing by itself.
+type fakeChannels struct{}
+
+func (fakeChannels) Subscribe(Subscriber, string, string, string) (wire.Position, func(), error) {
+	return wire.Position{}, func() {}, nil
+}
+func (fakeChannels) Publish(string, string, json.RawMessage) (wire.Position, error) {
+	return wire.Position{}, nil
+}
+
+// TestNothingOfAnEndedSubscriptionFollowsItsUnsubscribed: data queued for a subscription when
+// it is unsubscribed, and then replaced by a new one with the same sub, is never written after
+// the unsubscribed reply.
+func TestNothingOfAnEndedSubscriptionFollowsItsUnsubscribed(t *testing.T) {
+	g := newGated()
+	s, err := New(Config{}, Deps{Channels: fakeChannels{}}, g, auth.Identity{Subject: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	s.Handle(&wire.Subscribe{ID: "1", Sub: "x", Channel: "rooms/a"})
+	<-g.started // the writer holds its first batch: subscribed
+	for i := 0; i < 3; i++ {
+		s.Deliver("x", []byte(`"pos":"e:1","channel":"rooms/a","data":"old"}`), "e:1")
+	}
+	s.Handle(&wire.Unsubscribe{ID: "2", Sub: "x"})
+	s.Handle(&wire.Subscribe{ID: "3", Sub: "x", Channel: "rooms/b"})
+	s.Deliver("x", []byte(`"pos":"f:1","channel":"rooms/b","data":"new"}`), "f:1")
+	close(g.gate)
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g.mu.Lock()
+		frames := append([]string(nil), g.frames...)
+		g.mu.Unlock()
+		if len(frames) > 0 && strings.Contains(frames[len(frames)-1], `"new"`) {
+			unsubscribedAt := -1
+			for i, f := range frames {
+				if strings.Contains(f, `"type":"unsubscribed"`) {
+					unsubscribedAt = i
+				}
+				if unsubscribedAt >= 0 && strings.Contains(f, `"old"`) {
+					t.Fatalf("frame %d of the ended subscription came after its unsubscribed: %q", i, frames)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new subscription's frame never came: %q", frames)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
