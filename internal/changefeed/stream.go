@@ -156,9 +156,9 @@ type pump struct {
 	inflight       atomic.Int64  // handoffs queued or being accepted
 
 	// owned by the reader goroutine
-	confirmed  change.LSN // last position sent to the server
-	idle       change.LSN // a keepalive's WAL end, received while nothing was in flight
-	serverEnd  change.LSN
+	confirmed    change.LSN // last position sent to the server
+	idle         change.LSN // a keepalive's WAL end, received while nothing was in flight
+	serverEnd    change.LSN
 	lastRecv     time.Time // as of the last status check that saw messages arrive
 	lastStatus   time.Time
 	received     uint64 // messages received

@@ -158,7 +158,7 @@ type Session struct {
 
 // subscription is one of the session's subscriptions.
 type subscription struct {
-	sub         string
+	sub string
 	// key is the subscription's lanes key: the sub and a generation, so data and markers still
 	// queued for an earlier subscription with the same sub are told apart and dropped.
 	key         string
