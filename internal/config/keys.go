@@ -28,9 +28,10 @@ const envPrefix = "HERALD_"
 // variable serves both.
 const aliasDatabaseURL = "HERALD_DATABASE_URL"
 
-// exemptEnv are the prefixes of variables that belong to development scripts and tests, not to
-// the server; each is matched whole or followed by "_".
-var exemptEnv = []string{"HERALD_TEST", "HERALD_TESTENV", "HERALD_DEMO"}
+// exemptEnv are the prefixes of variables that belong to development scripts and tests, or to
+// the herald commands' own flags (serve's --config, sub's --url and --token), not to the
+// server's settings; each is matched whole or followed by "_".
+var exemptEnv = []string{"HERALD_TEST", "HERALD_TESTENV", "HERALD_DEMO", "HERALD_CONFIG", "HERALD_URL", "HERALD_TOKEN"}
 
 var (
 	typString   = reflect.TypeFor[string]()
