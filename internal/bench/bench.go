@@ -205,12 +205,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
+	sendCtx, abandon := context.WithCancel(ctx)
+	defer abandon()
 	var sent atomic.Int64
 	sendErr := make(chan error, 1)
 	start := time.Now()
-	go func() { sendErr <- snd.send(runCtx, cfg.Events, cfg.Rate, &sent) }()
+	go func() { sendErr <- snd.send(sendCtx, runCtx.Done(), cfg.Events, cfg.Rate, &sent) }()
 
 	stopped, sendEnd, err := watch(runCtx, ctx, cfg, &t, &sent, sendErr, start)
+	if sendEnd.IsZero() {
+		abandon()
+		<-sendErr
+	}
 	end := time.Now()
 	after := r.sample(cfg.ServerPID)
 	closeAll(subs)
@@ -404,6 +410,19 @@ func watch(runCtx, ctx context.Context, cfg Config, t *tally, sent *atomic.Int64
 		case <-runCtx.Done():
 			if ctx.Err() != nil {
 				return StoppedCanceled, sendEnd, ctx.Err()
+			}
+			if sendEnd.IsZero() {
+				// The sender issues no more events; those in flight finish, so that sent
+				// counts every event the subscribers may still receive.
+				select {
+				case e := <-sendErr:
+					sendEnd = time.Now()
+					if err == nil {
+						err = e
+					}
+				case <-time.After(10 * time.Second):
+				case <-ctx.Done():
+				}
 			}
 			return StoppedDuration, sendEnd, err
 		case <-poll.C:

@@ -18,9 +18,11 @@ import (
 // sender produces the events: publications or committed rows.
 type sender interface {
 	// send produces n events at rate per second (0: as fast as it can) and returns when all
-	// are sent or ctx ends. Each event is counted in sent as soon as it is handed to the server
-	// (published, or committed).
-	send(ctx context.Context, n int, rate float64, sent *atomic.Int64) error
+	// are sent, when stop is closed (it issues no more events, and lets those in flight
+	// finish), or when ctx ends (it abandons those in flight too). Each event is counted in
+	// sent once the server has taken it (published, or committed), so that every event the
+	// subscribers may receive is counted.
+	send(ctx context.Context, stop <-chan struct{}, n int, rate float64, sent *atomic.Int64) error
 }
 
 // schedule returns when event i (0-based) is due: start + i/rate.
@@ -31,11 +33,18 @@ func schedule(start time.Time, i int, rate float64) time.Time {
 	return start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
 }
 
-// sleepUntil waits until t or ctx ends; false when ctx ended.
-func sleepUntil(ctx context.Context, t time.Time) bool {
+// sleepUntil waits until t; false when ctx ended or stop was closed first.
+func sleepUntil(ctx context.Context, stop <-chan struct{}, t time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	default:
+	}
 	d := time.Until(t)
 	if d <= 0 {
-		return ctx.Err() == nil
+		return true
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -43,6 +52,8 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	case <-timer.C:
 		return true
 	case <-ctx.Done():
+		return false
+	case <-stop:
 		return false
 	}
 }
@@ -57,7 +68,7 @@ type publisher struct {
 	workers int
 }
 
-func (p *publisher) send(ctx context.Context, n int, rate float64, sent *atomic.Int64) error {
+func (p *publisher) send(ctx context.Context, stop <-chan struct{}, n int, rate float64, sent *atomic.Int64) error {
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
@@ -74,7 +85,7 @@ func (p *publisher) send(ctx context.Context, n int, rate float64, sent *atomic.
 			var data []byte
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= n || !sleepUntil(ctx, schedule(start, i, rate)) {
+				if i >= n || !sleepUntil(ctx, stop, schedule(start, i, rate)) {
 					return
 				}
 				data = channelData(data[:0], time.Now().UnixNano(), i)
@@ -134,7 +145,7 @@ func CreateTable(ctx context.Context, dbURL string, table pgx.Identifier) error 
 	return nil
 }
 
-func (w *writer) send(ctx context.Context, n int, rate float64, sent *atomic.Int64) error {
+func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate float64, sent *atomic.Int64) error {
 	if w.tick <= 0 {
 		w.tick = 10 * time.Millisecond
 	}
@@ -172,7 +183,7 @@ func (w *writer) send(ctx context.Context, n int, rate float64, sent *atomic.Int
 		if t := last.Add(w.tick); rate > 0 && t.After(wake) {
 			wake = t
 		}
-		if !sleepUntil(ctx, wake) {
+		if !sleepUntil(ctx, stop, wake) {
 			return nil
 		}
 		due := n
