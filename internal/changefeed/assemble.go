@@ -37,6 +37,7 @@ type pending struct {
 	bytes      int
 	lost       map[string]int // past maxTxnBytes: changes let go, by table
 	lostN      int
+	arena      arena // backs the rows of events
 }
 
 func newAssembler(dec *decoder, cfg *Config) *assembler {
@@ -72,6 +73,12 @@ type result struct {
 
 // handle processes one pgoutput message that arrived at walStart.
 func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
+	if len(data) > 0 && (data[0] == 'I' || data[0] == 'U' || data[0] == 'D') {
+		if err := checkTuples(data, a.inStream); err != nil {
+			return result{}, err
+		}
+		return result{}, a.rowChange(data)
+	}
 	msg, err := parseMessage(data, a.inStream)
 	if err != nil {
 		return result{}, err
@@ -115,28 +122,11 @@ func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
 		a.dec.relation(&m.RelationMessage)
 	case *pglogrepl.TypeMessageV2:
 		a.dec.typ(&m.TypeMessage)
-	case *pglogrepl.InsertMessageV2:
-		return result{}, a.change(m.Xid, m.RelationID, func(r *relation) (change.Event, error) {
-			after, omitted, err := a.dec.row(r, m.Tuple, tupleNew)
-			return change.Event{Op: change.Insert, After: after, Omitted: omitted, Tenant: a.dec.tenantOf(r, after, nil)}, err
-		})
-	case *pglogrepl.UpdateMessageV2:
-		return result{}, a.change(m.Xid, m.RelationID, func(r *relation) (change.Event, error) {
-			ev, err := a.dec.images(r, m.OldTuple, m.OldTupleType, m.NewTuple)
-			ev.Op = change.Update
-			return ev, err
-		})
-	case *pglogrepl.DeleteMessageV2:
-		return result{}, a.change(m.Xid, m.RelationID, func(r *relation) (change.Event, error) {
-			ev, err := a.dec.images(r, m.OldTuple, m.OldTupleType, nil)
-			ev.Op = change.Delete
-			return ev, err
-		})
 	case *pglogrepl.TruncateMessageV2:
 		// One rowless change per truncated relation that is followed: never dropped, since every
 		// subscriber of the table holds rows that are gone.
 		for _, id := range m.RelationIDs {
-			if err := a.change(m.Xid, id, func(*relation) (change.Event, error) {
+			if err := a.change(m.Xid, id, func(*relation, *arena) (change.Event, error) {
 				return change.Event{Op: change.Truncate}, nil
 			}); err != nil {
 				return result{}, err
@@ -169,7 +159,7 @@ func (a *assembler) target() (*pending, error) {
 	return a.cur, nil
 }
 
-func (a *assembler) change(xid uint32, relID uint32, build func(*relation) (change.Event, error)) error {
+func (a *assembler) change(xid uint32, relID uint32, build func(*relation, *arena) (change.Event, error)) error {
 	r, err := a.dec.lookup(relID)
 	if err != nil {
 		return err
@@ -186,7 +176,7 @@ func (a *assembler) change(xid uint32, relID uint32, build func(*relation) (chan
 		p.lostN++
 		return nil
 	}
-	ev, err := build(r)
+	ev, err := build(r, &p.arena)
 	if err != nil {
 		return err
 	}
@@ -220,6 +210,7 @@ func (a *assembler) add(p *pending, xid uint32, ev change.Event) {
 		}
 	}
 	p.events, p.subxids, p.bytes = kept, nil, 0
+	p.arena = arena{} // the rows are let go, and their chunks with them
 }
 
 func (a *assembler) message(walStart change.LSN, m *pglogrepl.LogicalDecodingMessageV2) (result, error) {
