@@ -207,12 +207,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer cancel()
 	sendCtx, abandon := context.WithCancel(ctx)
 	defer abandon()
-	var sent atomic.Int64
+	var sent counts
 	sendErr := make(chan error, 1)
 	start := time.Now()
 	go func() { sendErr <- snd.send(sendCtx, runCtx.Done(), cfg.Events, cfg.Rate, &sent) }()
 
-	stopped, sendEnd, err := watch(runCtx, ctx, cfg, &t, &sent, sendErr, start)
+	stopped, sendEnd, err := watch(runCtx, ctx, cfg, &t, &sent.sent, sendErr, start)
 	if sendEnd.IsZero() {
 		abandon()
 		<-sendErr
@@ -228,7 +228,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.Stopped = stopped
 	r.SendSeconds = sendEnd.Sub(start).Seconds()
 	r.RunSeconds = end.Sub(start).Seconds()
-	r.fill(&t, sent.Load(), start, before, connected, after)
+	r.fill(&t, sent.sent.Load(), start, before, connected, after)
+	r.Abandoned = sent.issued.Load() - sent.sent.Load()
 	if cfg.Filter != nil {
 		r.Expected = 0 // a filter passes an unknown share of the rows
 	}
@@ -466,7 +467,10 @@ type Report struct {
 	Rate        float64 `json:"rate"` // asked for; 0: as fast as possible
 	Stopped     Stopped `json:"stopped"`
 
-	Sent        int64   `json:"sent"`
+	Sent int64 `json:"sent"`
+	// Abandoned are events issued but not confirmed when the run stopped at its cap: the
+	// server may have delivered them, beyond Expected.
+	Abandoned   int64   `json:"abandoned,omitempty"`
 	SendSeconds float64 `json:"send_seconds"` // from the first event to the last one sent
 	SentPerSec  float64 `json:"sent_per_second"`
 	RunSeconds  float64 `json:"run_seconds"` // from the first event to the end of the run, drain included
@@ -571,7 +575,11 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "herald bench: %s, %d %s subscribers (%d connected), %d events %s; stopped: %s\n",
 		r.Target, r.Subscribers, tr, r.Connected, r.Events, rate, r.Stopped)
-	fmt.Fprintf(w, "  sent         %d in %.1f s (%.0f/s)\n", r.Sent, r.SendSeconds, r.SentPerSec)
+	fmt.Fprintf(w, "  sent         %d in %.1f s (%.0f/s)", r.Sent, r.SendSeconds, r.SentPerSec)
+	if r.Abandoned > 0 {
+		fmt.Fprintf(w, "; %d more in flight when the run stopped, not counted", r.Abandoned)
+	}
+	fmt.Fprintln(w)
 	pct := 0.0
 	if r.Expected > 0 {
 		pct = 100 * float64(r.Received) / float64(r.Expected)

@@ -20,9 +20,15 @@ type sender interface {
 	// send produces n events at rate per second (0: as fast as it can) and returns when all
 	// are sent, when stop is closed (it issues no more events, and lets those in flight
 	// finish), or when ctx ends (it abandons those in flight too). Each event is counted in
-	// sent once the server has taken it (published, or committed), so that every event the
-	// subscribers may receive is counted.
-	send(ctx context.Context, stop <-chan struct{}, n int, rate float64, sent *atomic.Int64) error
+	// c.sent once the server has taken it (published, or committed), so that every event the
+	// subscribers may receive is counted, and in c.issued as it is handed over.
+	send(ctx context.Context, stop <-chan struct{}, n int, rate float64, c *counts) error
+}
+
+// counts are a sender's counters, read by the progress loop while it runs.
+type counts struct {
+	issued atomic.Int64 // handed to the server
+	sent   atomic.Int64 // taken by the server: published, or committed
 }
 
 // schedule returns when event i (0-based) is due: start + i/rate.
@@ -68,7 +74,7 @@ type publisher struct {
 	workers int
 }
 
-func (p *publisher) send(ctx context.Context, stop <-chan struct{}, n int, rate float64, sent *atomic.Int64) error {
+func (p *publisher) send(ctx context.Context, stop <-chan struct{}, n int, rate float64, c *counts) error {
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
@@ -89,6 +95,7 @@ func (p *publisher) send(ctx context.Context, stop <-chan struct{}, n int, rate 
 					return
 				}
 				data = channelData(data[:0], time.Now().UnixNano(), i)
+				c.issued.Add(1)
 				_, err := client.PublishHTTP(ctx, p.hc, p.base, p.apiKey, client.Publication{Channel: p.channel, Data: json.RawMessage(data)})
 				if err != nil {
 					if ctx.Err() == nil {
@@ -96,7 +103,7 @@ func (p *publisher) send(ctx context.Context, stop <-chan struct{}, n int, rate 
 					}
 					return
 				}
-				sent.Add(1)
+				c.sent.Add(1)
 			}
 		}()
 	}
@@ -145,7 +152,7 @@ func CreateTable(ctx context.Context, dbURL string, table pgx.Identifier) error 
 	return nil
 }
 
-func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate float64, sent *atomic.Int64) error {
+func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate float64, c *counts) error {
 	if w.tick <= 0 {
 		w.tick = 10 * time.Millisecond
 	}
@@ -196,6 +203,7 @@ func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate flo
 		}
 		now := time.Now()
 		last = now
+		c.issued.Add(int64(k))
 		payload := strconv.FormatInt(now.UnixNano(), 10)
 		if w.updates && len(ids) > 0 {
 			if len(ids) > k {
@@ -205,6 +213,7 @@ func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate flo
 			if err != nil {
 				return w.failed(ctx, err)
 			}
+			c.issued.Add(tag.RowsAffected() - int64(k)) // rows deleted meanwhile are no events
 			k = int(tag.RowsAffected())
 			ids = ids[:0]
 		} else {
@@ -229,7 +238,7 @@ func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate flo
 			}
 		}
 		done += k
-		sent.Add(int64(k))
+		c.sent.Add(int64(k))
 	}
 	return nil
 }
