@@ -415,7 +415,7 @@ func TestCloseErrorText(t *testing.T) {
 		{&CloseError{Code: 4101, Cause: &Error{Op: "connect", Code: "unauthorized", Status: 401, Message: "bad signature"}},
 			"connection closed: 4101 auth_failed (reauthenticate); connect: unauthorized (401): bad signature"},
 		{&CloseError{Code: 4999}, "connection closed: 4999 close_4999 (stop)"},
-		{&CloseError{Code: 1006, Err: errors.New("EOF")}, "connection closed: 1006 close_1006 (reconnect): EOF"},
+		{&CloseError{Code: 1006, Err: errors.New("EOF")}, "connection closed: 1006 dropped (reconnect): EOF"},
 	}
 	for _, tt := range tests {
 		if got := tt.err.Error(); got != tt.want {

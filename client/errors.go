@@ -105,10 +105,12 @@ type CloseError struct {
 	Err error
 }
 
-// closeAbnormal is 1006: the connection ended without a close frame. No server sends it.
+// closeAbnormal is 1006: the connection ended without a close frame. No server sends it; a
+// client reports it for a connection that dropped.
 const closeAbnormal CloseCode = 1006
 
-// closeProtocolError is 1002, which this client sends when the server's frame cannot be read.
+// closeProtocolError is 1002 (protocol error), which this client sends, and reports, when a
+// frame of the server's cannot be read.
 const closeProtocolError CloseCode = 1002
 
 // Reaction is what to do now: reconnect, reauthenticate, or stop.
@@ -145,8 +147,20 @@ func (e *CloseError) Hint() string {
 	return "reconnect with backoff and resume from your positions"
 }
 
+// closeName names a close code: the server's codes by wire's names, and the two this client
+// makes up itself by what they mean.
+func closeName(c CloseCode) string {
+	switch c {
+	case closeAbnormal:
+		return "dropped"
+	case closeProtocolError:
+		return "unreadable_frame"
+	}
+	return c.String()
+}
+
 func (e *CloseError) Error() string {
-	s := fmt.Sprintf("connection closed: %d %s (%s)", uint16(e.Code), e.Code, e.Reaction())
+	s := fmt.Sprintf("connection closed: %d %s (%s)", uint16(e.Code), closeName(e.Code), e.Reaction())
 	if e.Reason != "" && e.Reason != e.Code.String() {
 		s += ": " + e.Reason
 	}
