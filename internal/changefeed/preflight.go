@@ -126,6 +126,8 @@ func preflight(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log func(s
 		}
 		log("created replication slot", "consistent_point", res.ConsistentPoint, "temporary", cfg.TemporarySlot)
 		slot = slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: database, temporary: cfg.TemporarySlot}
+		// A new slot starts at its consistent point: the position the stream resumes after.
+		slot.confirmed, _ = change.ParseLSN(res.ConsistentPoint)
 		return slot, nil
 	}
 	return slot, checkSlot(slot, cfg, database)

@@ -352,6 +352,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
+		ID      string          `json:"id"`
 		Channel string          `json:"channel"`
 		Event   string          `json:"event"`
 		Data    json.RawMessage `json:"data"`
@@ -378,7 +379,15 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		websocket.WriteHTTPError(w, we)
 		return
 	}
-	b, _ := wire.AppendFrame(nil, &wire.Published{Pos: pos})
+	id := req.ID
+	if id == "" {
+		id = "publish"
+	}
+	b, err := wire.AppendFrame(nil, &wire.Published{ID: id, Pos: pos})
+	if err != nil {
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Field: "id", Message: "id must be 1 to 64 printable ASCII characters without spaces"})
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
 }

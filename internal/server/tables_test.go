@@ -282,3 +282,20 @@ func TestTableSubscribeRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscribedOnAFreshNodeCarriesAPosition: before any transaction is routed, a table
+// subscription still starts after a known position: the one the stream resumed after.
+func TestSubscribedOnAFreshNodeCarriesAPosition(t *testing.T) {
+	r, url := startWithDB(t, itemsDDL)
+	c, _ := connect(t, r)
+	c.send(`{"type":"subscribe","id":"s","sub":"all","table":"public.items"}`)
+	m := c.expect("subscribed")
+	pos, _ := m["pos"].(string)
+	if pos == "" {
+		t.Fatalf("subscribed %v has no pos", m)
+	}
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (1, 'acme')`)
+	if ch := c.expect("change"); ch["op"] != "insert" {
+		t.Errorf("change %v", ch)
+	}
+}
