@@ -123,6 +123,12 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (wire.Position, fun
 	if !strings.Contains(table, ".") {
 		table = "public." + table
 	}
+	if schema, _, _ := strings.Cut(table, "."); r.allowed == nil && (schema == "pg_catalog" || schema == "information_schema" || schema == "pg_toast") {
+		// With no table list, the publication decides what streams; the system catalogs never
+		// do, and their columns are nobody's business.
+		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
+			Message: fmt.Sprintf("table %q is not streamed by this server", req.Table)}
+	}
 	if r.allowed != nil && !r.allowed[table] {
 		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server; streamed tables: %s (changefeed.tables)", req.Table, r.tableList())}

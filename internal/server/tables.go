@@ -28,6 +28,9 @@ func (t *tables) Subscribe(ctx context.Context, s session.Subscriber, f *wire.Su
 // be filtered on after at most this long.
 const schemaTTL = 5 * time.Second
 
+// schemaCacheMax bounds the tables whose columns are remembered.
+const schemaCacheMax = 1024
+
 // pgSchema reads table columns from the database's catalog, on an ordinary connection pool
 // with the same pinned settings and password rules as the changefeed's.
 type pgSchema struct {
@@ -92,6 +95,10 @@ func (p *pgSchema) Columns(ctx context.Context, table string) ([]filter.Column, 
 		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "the database did not answer a catalog query; retry with backoff", Err: err}
 	}
 	p.mu.Lock()
+	if len(p.cache) >= schemaCacheMax {
+		// Any client can name any table, existing or not: the cache must not grow with them.
+		clear(p.cache)
+	}
 	p.cache[table] = cachedColumns{cols: cols, at: time.Now()}
 	p.mu.Unlock()
 	return cols, nil
