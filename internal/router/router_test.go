@@ -331,3 +331,15 @@ func BenchmarkRoute(b *testing.B) {
 			per[1000], per[100000], per[100000]/per[1000])
 	}
 }
+
+func TestSystemCatalogsAreNeverSubscribable(t *testing.T) {
+	r, err := New(Config{Schema: fakeSchema{"pg_catalog.pg_authid": {{Name: "rolname", OID: pgvalue.NameOID}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Seed(10)
+	_, _, err = r.Subscribe(context.Background(), Request{Table: "pg_catalog.pg_authid", Sub: "s", Target: newRecorder()})
+	if wire.CodeOf(err) != wire.CodeUnknownTable {
+		t.Fatalf("subscribe to pg_catalog.pg_authid: %v, want unknown_table", err)
+	}
+}
