@@ -87,6 +87,11 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if untilLSN != 0 {
+		// With nothing left to print, the end is reached when the server's idle position is
+		// confirmed, which happens on the status tick: tick every second, not every ten.
+		cfg.StatusInterval = time.Second
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		return usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", logLevel)}
@@ -96,13 +101,13 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{"no database: pass --database-url or set HERALD_DATABASE_URL"}
 	}
 
-	out := &tailSink{w: stdout, quiet: quiet, started: time.Now()}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &tailSink{w: stdout, quiet: quiet, started: time.Now(), until: untilLSN, done: cancel}
 	feed, err := changefeed.New(cfg, out)
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
 	if untilLSN != 0 {
 		wg.Add(1)
@@ -167,11 +172,18 @@ type tailSink struct {
 	buf     []byte
 	txns    int
 	events  int
+	// until, when set, ends the run (done) once a transaction ending at or past it is
+	// printed: every later one commits after it. Stopping confirms what was printed.
+	until change.LSN
+	done  func()
 }
 
 func (s *tailSink) Accept(_ context.Context, txn *change.Txn) error {
 	s.txns++
 	s.events += len(txn.Events)
+	if s.until != 0 && txn.EndLSN >= s.until {
+		defer s.done()
+	}
 	if s.quiet {
 		return nil
 	}

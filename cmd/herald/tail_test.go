@@ -270,3 +270,36 @@ func TestTailStandbyTakesOverWhenTheLeaderIsKilled(t *testing.T) {
 	}
 	t.Logf("standby took over and printed row 5 %s after the leader was killed", time.Since(killed).Round(time.Millisecond))
 }
+
+func TestTailUntilExitsOnceThePositionIsPrinted(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	slot := testenv.SlotName(t, url)
+	// The slot exists before the rows, so the rows are in its stream.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := exec.CommandContext(ctx, herald(t), "tail", "--database-url", url, "--table", "items", "--slot", slot, "--quiet", "--log-level", "warn", "--until", "0/1")
+	if out, err := first.CombinedOutput(); err != nil {
+		t.Fatalf("creating the slot: %v\n%s", err, out)
+	}
+	testenv.Exec(t, url, `INSERT INTO items SELECT g, 'x' FROM generate_series(1, 500) g`)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var end string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	cmd := exec.CommandContext(ctx, herald(t), "tail", "--database-url", url, "--table", "items", "--slot", slot, "--until", end, "--log-level", "warn")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tail --until: %v", err)
+	}
+	if n := strings.Count(string(out), "\n"); n != 500 {
+		t.Errorf("printed %d lines, want 500", n)
+	}
+	t.Logf("tail --until returned after %s", time.Since(started).Round(time.Millisecond))
+}

@@ -343,3 +343,18 @@ func TestHealthAndReady(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+func TestChannelFromThatCannotBeHonoured(t *testing.T) {
+	r := start(t, baseConfig())
+	c, _ := connect(t, r)
+	c.send(`{"type":"subscribe","id":"k","sub":"k","channel":"room"}`)
+	head := c.expect("subscribed")["pos"].(map[string]any)
+	epoch := head["epoch"].(string)
+	c.send(`{"type":"subscribe","id":"p","sub":"p","channel":"room/**","from":"` + epoch + `:1"}`)
+	c.expectError("bad_position", "p")
+	c.send(`{"type":"subscribe","id":"f","sub":"f","channel":"room","from":"` + epoch + `:99"}`)
+	c.expectError("bad_position", "f")
+	// Neither refusal left a subscription behind: the sub ids are free again.
+	c.send(`{"type":"subscribe","id":"f2","sub":"f","channel":"room"}`)
+	c.expect("subscribed")
+}

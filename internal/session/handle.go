@@ -121,6 +121,15 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 		}
 		return &wire.Error{ID: f.ID, Code: wire.CodeBadFrame, Field: "channel", Message: err.Error(), Err: err}
 	}
+	if we := checkFrom(f, head); we != nil {
+		s.mu.Lock()
+		if s.subs[f.Sub] == su {
+			delete(s.subs, f.Sub)
+		}
+		s.mu.Unlock()
+		unsubscribe()
+		return we
+	}
 	s.mu.Lock()
 	if s.closed || s.subs[f.Sub] != su {
 		s.mu.Unlock()
@@ -144,6 +153,24 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 		s.lanes.PushData(fr)
 	}
 	su.buffered, su.pending = nil, false
+	return nil
+}
+
+// checkFrom refuses a from that cannot be honoured: a channel position on a pattern that spans
+// channels (it names one channel's stream), or one past the channel's head in its epoch (from
+// another deployment, or a client bug). Resuming from either would lose items silently.
+func checkFrom(f *wire.Subscribe, head wire.Position) *wire.Error {
+	if f.From.IsZero() || !f.From.IsChannel() {
+		return nil
+	}
+	switch {
+	case head.IsZero():
+		return &wire.Error{ID: f.ID, Code: wire.CodeBadPosition, Field: "from",
+			Message: fmt.Sprintf("channel %q is a pattern spanning channels, so a position in one channel's stream cannot resume it; subscribe without from", f.Channel)}
+	case f.From.Epoch == head.Epoch && f.From.Offset > head.Offset:
+		return &wire.Error{ID: f.ID, Code: wire.CodeBadPosition, Field: "from",
+			Message: fmt.Sprintf("from %s is past the channel's head %s; subscribe without from and re-read the view", f.From, head)}
+	}
 	return nil
 }
 
