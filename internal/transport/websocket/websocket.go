@@ -263,27 +263,23 @@ func (h *Handler) ping(s *session.Session, c *websocket.Conn) {
 
 // transport writes frames as WebSocket text messages.
 type transport struct {
-	c    *websocket.Conn
-	once sync.Once
+	c       *websocket.Conn
+	once    sync.Once
+	scratch []byte // owned by the session's writer goroutine
 }
 
 var _ session.Transport = (*transport)(nil)
 
 func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 	for i := range items {
-		w, err := t.c.Writer(ctx, websocket.MessageText)
-		if err != nil {
-			return err
-		}
+		// One frame per message: head and body are joined in a scratch buffer, since each Write
+		// on a message writer would be a frame of its own, with its own header and deadline.
+		msg := items[i].Body
 		if len(items[i].Head) > 0 {
-			if _, err := w.Write(items[i].Head); err != nil {
-				return err
-			}
+			t.scratch = append(append(t.scratch[:0], items[i].Head...), items[i].Body...)
+			msg = t.scratch
 		}
-		if _, err := w.Write(items[i].Body); err != nil {
-			return err
-		}
-		if err := w.Close(); err != nil {
+		if err := t.c.Write(ctx, websocket.MessageText, msg); err != nil {
 			return err
 		}
 	}
