@@ -316,9 +316,10 @@ func (s *Server) shutdown(srv *http.Server, served <-chan error, stopBase func()
 		err = srv.Close()
 	}
 	<-served
-	// Hijacked WebSocket handlers are not the HTTP server's to wait for; wait for their
-	// sessions to be untracked.
-	for deadline := time.Now().Add(s.cfg.ShutdownTimeout); s.Sessions() > 0 && time.Now().Before(deadline); {
+	// Hijacked WebSocket handlers are not the HTTP server's to wait for; wait until every
+	// admitted connection has let go of its slot, which each handler does last, whether it got
+	// as far as a session or not.
+	for deadline := time.Now().Add(s.cfg.ShutdownTimeout); (s.Sessions() > 0 || s.conns.Load() > 0) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -27,8 +27,12 @@ func (s *Session) HandleFrame(b []byte) {
 	s.Handle(f)
 }
 
-// Handle answers one decoded client frame.
+// Handle answers one decoded client frame. Frames are handled one at a time, in the order
+// they arrive: a WebSocket has one reader, but SSE commands come over concurrent requests, and
+// a subscribe must not race the unsubscribe that follows it.
 func (s *Session) Handle(f wire.Frame) {
+	s.handleMu.Lock()
+	defer s.handleMu.Unlock()
 	switch f := f.(type) {
 	case *wire.Connect:
 		s.Send(&wire.Error{ID: f.ID, Code: wire.CodeBadFrame, Field: "type",

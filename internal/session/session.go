@@ -138,6 +138,8 @@ type Session struct {
 	lanes     *delivery.Lanes
 	log       *slog.Logger
 
+	handleMu sync.Mutex // serializes Handle; taken before mu, never while holding it
+
 	mu       sync.Mutex
 	identity auth.Identity            // guarded by mu
 	subs     map[string]*subscription // guarded by mu
