@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -357,4 +358,26 @@ func TestChannelFromThatCannotBeHonoured(t *testing.T) {
 	// Neither refusal left a subscription behind: the sub ids are free again.
 	c.send(`{"type":"subscribe","id":"f2","sub":"f","channel":"room"}`)
 	c.expect("subscribed")
+}
+
+func TestMetrics(t *testing.T) {
+	r := start(t, slowConfig())
+	c, _ := connect(t, r)
+	c.send(`{"type":"subscribe","id":"a","sub":"a","channel":"m/a"}`)
+	c.expect("subscribed")
+	for i := 0; i < 300; i++ {
+		publish(t, r, "m/a", `"`+strings.Repeat("x", 1000)+`"`)
+	}
+	resp, err := http.Get(r.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	body := string(b)
+	for _, want := range []string{"herald_sessions 1", "herald_connections 1", "herald_channel_publications_total 300", `herald_frames_lost_total{reason="lane_full"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }

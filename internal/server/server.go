@@ -87,6 +87,7 @@ type Server struct {
 	verifier *auth.Verifier
 	channels *channels
 	tables   *tables          // nil without a changefeed
+	metrics  *metrics
 	feed     *changefeed.Feed // nil without a changefeed
 	schema   *pgSchema        // nil without a changefeed
 
@@ -144,6 +145,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.schema, s.tables, s.feed = schema, &tables{router: r}, feed
 	}
+	s.metrics = newMetrics(s)
 	return s, nil
 }
 
@@ -201,10 +203,17 @@ func (s *Server) Track(sess *session.Session) func() {
 	s.sessions[sess] = struct{}{}
 	s.mu.Unlock()
 	return func() {
+		st := sess.Stats()
+		code := sess.CloseCode()
 		s.mu.Lock()
 		delete(s.sessions, sess)
-		s.closes[sess.CloseCode()]++
+		s.closes[code]++
+		s.metrics.endedLost[delivery.ReasonLaneFull] += st.LostLaneFull
+		s.metrics.endedLost[delivery.ReasonTooLarge] += st.LostTooLarge
+		s.metrics.endedMarkers += st.MarkersEmitted
+		s.metrics.endedFrames += st.DataWritten
 		s.mu.Unlock()
+		s.metrics.closes.WithLabelValues(code.String()).Inc()
 	}
 }
 
@@ -272,6 +281,7 @@ func (s *Server) Run(ctx context.Context) error {
 	mux.HandleFunc("POST /v1/publish", s.publish)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.metrics.handler())
 
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
 	served := make(chan error, 1)
