@@ -86,7 +86,7 @@ type Server struct {
 	log      *slog.Logger
 	verifier *auth.Verifier
 	channels *channels
-	tables   *tables          // nil without a changefeed
+	tables   *tables // nil without a changefeed
 	metrics  *metrics
 	feed     *changefeed.Feed // nil without a changefeed
 	schema   *pgSchema        // nil without a changefeed
