@@ -4,6 +4,15 @@ import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
+// plain marks the bytes a JSON string holds as they are: printable ASCII but the quote and the
+// backslash.
+var plain = func() (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
 // AppendJSONString appends s to dst as a JSON string. Control characters are escaped and
 // invalid UTF-8 becomes U+FFFD, so the result is valid JSON whatever bytes a database holds
 // (a SQL_ASCII database can hold any).
@@ -11,12 +20,15 @@ func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// The common case, a run of plain ASCII, is one table lookup per byte.
+		for i < len(s) && plain[s[i]] {
+			i++
+		}
+		if i == len(s) {
+			break
+		}
 		b := s[i]
 		if b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch b {
 			case '"', '\\':
