@@ -19,6 +19,23 @@ type Frame struct {
 	// Pos is the frame's opaque stream position (an LSN like "16/B374D848", or
 	// "epoch:offset"). A Marker names its lost range with these.
 	Pos string
+	// First and Count are for a frame that itself stands for a range of items (a resync the
+	// producer sends): the range's first position and its length. Lost, such a frame widens
+	// its key's marker by the whole range. Zero for an ordinary frame: Pos, and one item.
+	First string
+	Count uint64
+}
+
+// span is the first position and the number of items f stands for.
+func (f *Frame) span() (string, uint64) {
+	first, n := f.First, f.Count
+	if first == "" {
+		first = f.Pos
+	}
+	if n == 0 {
+		n = 1
+	}
+	return first, n
 }
 
 // Size is the frame's length on the wire, which is what the data lane's byte bound counts.
@@ -129,8 +146,9 @@ func (l *Lanes) PushData(f Frame) bool {
 	if m := l.markers.get(f.Key); m != nil {
 		// Rule 2: the key's gap is still open, so this frame joins it. Admitting it would put
 		// a frame from after the gap ahead of the marker that announces the gap.
+		_, n := f.span()
 		m.Last = f.Pos
-		m.Lost++
+		m.Lost += n
 		reason := m.Reason // m belongs to the writer again once mu is released
 		l.mu.Unlock()
 		l.stats.lost(reason)
@@ -155,7 +173,9 @@ func (l *Lanes) PushData(f Frame) bool {
 // loseLocked opens f.Key's marker with f as its first lost frame, and unlocks mu. It returns
 // false so PushData can return its result.
 func (l *Lanes) loseLocked(f Frame, reason DropReason) bool {
-	m := l.markers.open(f.Key, reason, f.Pos, l.admitted)
+	first, n := f.span()
+	m := l.markers.open(f.Key, reason, first, l.admitted)
+	m.Last, m.Lost = f.Pos, n
 	if reason == ReasonLaneFull && l.stallSince.IsZero() {
 		l.stallSince = l.cfg.Now()
 	}

@@ -47,7 +47,7 @@ func (r *Router) overflow(txn *change.Txn) {
 		t.each(func(e *entry) {
 			frame, err := wire.AppendFrame(nil, &wire.Resync{Sub: e.sub, First: first, Last: last, Lost: uint64(n), Reason: wire.ResyncTransactionTooLarge})
 			if err == nil {
-				e.target.DeliverFrame(e.sub, frame, last.String())
+				e.target.DeliverFrame(e.sub, frame, first.String(), last.String(), uint64(txn.Overflow.Changes))
 				r.delivered.Add(1)
 			}
 		})

@@ -17,8 +17,9 @@ import (
 type Target interface {
 	// Deliver queues one change frame body of sub; the target adds its head.
 	Deliver(sub string, body []byte, pos string)
-	// DeliverFrame queues one whole frame of sub (a resync), in order with its data.
-	DeliverFrame(sub string, frame []byte, pos string)
+	// DeliverFrame queues one whole frame of sub (a resync), in order with its data, standing
+	// for count items from first to pos.
+	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
 }
 
 // Schema tells the router a table's columns, to validate filters and column lists.

@@ -38,10 +38,10 @@ type recorder struct {
 func newRecorder() *recorder { return &recorder{frames: map[string][]map[string]any{}} }
 
 func (r *recorder) Deliver(sub string, body []byte, pos string) {
-	r.DeliverFrame(sub, append(wire.AppendDataHead(nil, wire.FrameChange, sub), body...), pos)
+	r.DeliverFrame(sub, append(wire.AppendDataHead(nil, wire.FrameChange, sub), body...), "", pos, 1)
 }
 
-func (r *recorder) DeliverFrame(sub string, frame []byte, _ string) {
+func (r *recorder) DeliverFrame(sub string, frame []byte, _, _ string, _ uint64) {
 	var m map[string]any
 	if err := json.Unmarshal(frame, &m); err != nil {
 		panic(fmt.Sprintf("invalid frame %s: %v", frame, err))
@@ -286,7 +286,7 @@ func TestOnlyMatchingFiltersAreEvaluated(t *testing.T) {
 type countTarget struct{ n int }
 
 func (c *countTarget) Deliver(string, []byte, string)      { c.n++ }
-func (c *countTarget) DeliverFrame(string, []byte, string) { c.n++ }
+func (c *countTarget) DeliverFrame(string, []byte, string, string, uint64) { c.n++ }
 
 // routeBench routes changes that each match exactly 10 of subs subscriptions, spread over
 // subs/10 org_id values.

@@ -50,8 +50,9 @@ type Subscriber interface {
 	// Deliver queues one data frame of sub: body is the frame's shared body, pos its
 	// position's text form.
 	Deliver(sub string, body []byte, pos string)
-	// DeliverFrame queues one whole frame of sub (a resync), in order with its data.
-	DeliverFrame(sub string, frame []byte, pos string)
+	// DeliverFrame queues one whole frame of sub (a resync), in order with its data. It stands
+	// for count items from first to pos: if it cannot be queued, sub's marker covers them all.
+	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
 }
 
 // Verifier checks tokens: auth.Verifier.
@@ -261,21 +262,24 @@ func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
 // Deliver queues a data frame of sub: the body is shared with every other subscriber and
 // never modified. It never blocks; a frame the data lane cannot take becomes part of sub's
 // resync marker.
-func (s *Session) Deliver(sub string, body []byte, pos string) { s.deliver(sub, body, pos, true) }
-
-// DeliverFrame queues a whole frame of sub, with no head: a resync in order with its data.
-func (s *Session) DeliverFrame(sub string, frame []byte, pos string) {
-	s.deliver(sub, frame, pos, false)
+func (s *Session) Deliver(sub string, body []byte, pos string) {
+	s.deliver(sub, delivery.Frame{Body: body, Pos: pos}, true)
 }
 
-func (s *Session) deliver(sub string, body []byte, pos string, withHead bool) {
+// DeliverFrame queues a whole frame of sub, with no head: a resync in order with its data,
+// standing for count items from first to pos.
+func (s *Session) DeliverFrame(sub string, frame []byte, first, pos string, count uint64) {
+	s.deliver(sub, delivery.Frame{Body: frame, Pos: pos, First: first, Count: count}, false)
+}
+
+func (s *Session) deliver(sub string, f delivery.Frame, withHead bool) {
 	s.mu.Lock()
 	su := s.subs[sub]
 	if su == nil {
 		s.mu.Unlock()
 		return // unsubscribed while the producer was delivering
 	}
-	f := delivery.Frame{Body: body, Key: su.key, Pos: pos}
+	f.Key = su.key
 	if withHead {
 		f.Head = su.head
 	}
