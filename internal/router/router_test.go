@@ -285,7 +285,7 @@ func TestOnlyMatchingFiltersAreEvaluated(t *testing.T) {
 // countTarget counts deliveries without decoding them.
 type countTarget struct{ n int }
 
-func (c *countTarget) Deliver(string, []byte, string)      { c.n++ }
+func (c *countTarget) Deliver(string, []byte, string)                      { c.n++ }
 func (c *countTarget) DeliverFrame(string, []byte, string, string, uint64) { c.n++ }
 
 // routeBench routes changes that each match exactly 10 of subs subscriptions, spread over
