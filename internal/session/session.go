@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
@@ -156,7 +155,6 @@ type Session struct {
 	closeMsg     string         // guarded by closeMu
 	done         chan struct{}  // closed when Run has ended
 
-	delivered atomic.Uint64
 }
 
 // subscription is one of the session's subscriptions.
@@ -290,7 +288,6 @@ func (s *Session) deliver(sub string, f delivery.Frame, withHead bool) {
 	}
 	s.mu.Unlock()
 	s.lanes.PushData(f)
-	s.delivered.Add(1)
 }
 
 // Close ends the session with code and reason. The first call wins, except over Lost: a
