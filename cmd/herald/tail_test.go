@@ -161,17 +161,23 @@ func slotActive(t *testing.T, conn *pgx.Conn, slot string) bool {
 	return active
 }
 
-func TestTailKilledMidStreamResumesWithNoGapAndNoDuplicate(t *testing.T) {
-	url := testenv.NewDatabase(t)
+// itemsDB is a fresh database with a table items(id, v), a connection to it, and the slot name
+// its tails use.
+func itemsDB(t *testing.T) (url string, conn *pgx.Conn, slot string) {
+	t.Helper()
+	url = testenv.NewDatabase(t)
 	testenv.Exec(t, url, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return url, conn, testenv.SlotName(t, url)
+}
 
-	slot := testenv.SlotName(t, url)
+func TestTailKilledMidStreamResumesWithNoGapAndNoDuplicate(t *testing.T) {
+	ctx := context.Background()
+	url, conn, slot := itemsDB(t)
 	args := []string{"--database-url", url, "--table", "items", "--slot", slot, "--log-level", "warn"}
 	first := startTail(t, args...)
 	waitUntil(t, "the first tail to stream", 30*time.Second, func() bool { return slotActive(t, conn, slot) })
@@ -222,15 +228,8 @@ func TestTailKilledMidStreamResumesWithNoGapAndNoDuplicate(t *testing.T) {
 }
 
 func TestTailStandbyTakesOverWhenTheLeaderIsKilled(t *testing.T) {
-	url := testenv.NewDatabase(t)
-	testenv.Exec(t, url, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	slot := testenv.SlotName(t, url)
+	url, conn, slot := itemsDB(t)
 	args := []string{"--database-url", url, "--table", "items", "--slot", slot, "--log-level", "info"}
 	a := startTail(t, args...)
 	waitUntil(t, "one tail to stream", 30*time.Second, func() bool { return slotActive(t, conn, slot) })
