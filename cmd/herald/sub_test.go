@@ -202,7 +202,7 @@ func TestSubExitCodes(t *testing.T) {
 func TestSubPrintsTableChanges(t *testing.T) {
 	noLeaks(t)
 	db := testenv.NewDatabase(t)
-	testenv.Exec(t, db, `CREATE TABLE items (id int PRIMARY KEY, org_id text, title text)`)
+	testenv.Exec(t, db, `CREATE TABLE items (id int PRIMARY KEY, org_id text, title text)`, `ALTER TABLE items REPLICA IDENTITY FULL`)
 	addr := startNodeWith(t, &changefeed.Config{DatabaseURL: db, Tables: []string{"public.items"}, Slot: slotFor(t, db),
 		StatusInterval: 200 * time.Millisecond, SilenceTimeout: 5 * time.Second})
 	waitUntil(t, "the node ready", 30*time.Second, func() bool {

@@ -139,14 +139,15 @@ func ParseTable(name string) (pgx.Identifier, error) {
 
 // CreateTable creates the bench table unless it exists: bench_items(id bigserial primary key,
 // org_id text, payload text, sent_at timestamptz). payload carries each event's send time
-// in unix nanoseconds (sent_at holds it too, to the millisecond the changefeed sends).
+// in unix nanoseconds (sent_at holds it too, to the millisecond the changefeed sends). It is
+// REPLICA IDENTITY FULL, so a bench subscription may filter on org_id.
 func CreateTable(ctx context.Context, dbURL string, table pgx.Identifier) error {
 	conn, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return fmt.Errorf("connect to the bench database: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+table.Sanitize()+" "+benchColumns); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+table.Sanitize()+" "+benchColumns+"; ALTER TABLE "+table.Sanitize()+" REPLICA IDENTITY FULL"); err != nil {
 		return fmt.Errorf("create %s: %w", table.Sanitize(), err)
 	}
 	return nil

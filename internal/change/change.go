@@ -165,6 +165,12 @@ type Event struct {
 	// BeforeKeyOnly is true when Before holds only the replica identity's key columns (identity
 	// DEFAULT or INDEX), so a column missing from it is unknown, not null.
 	BeforeKeyOnly bool `json:"before_key_only,omitempty"`
+	// Key names the columns of the table's replica identity, in table order: the columns an
+	// old image carries (every column under REPLICA IDENTITY FULL). An UPDATE that kept them
+	// all comes without an old image, since its old key equals its new one; Key is how a
+	// consumer knows which of the new image's columns that old key is. Shared by every event
+	// of one relation: never modify it.
+	Key []string `json:"-"`
 
 	LSN        LSN       `json:"lsn"`  // the transaction's commit LSN: its position in the stream
 	TxID       uint32    `json:"txid"` // the transaction id

@@ -71,6 +71,9 @@ type Config struct {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
+// PublicationName is the publication the feed streams: Publication, or its default.
+func (c *Config) PublicationName() string { return c.withDefaults().Publication }
+
 func (c *Config) withDefaults() Config {
 	d := *c
 	if d.Slot == "" {

@@ -110,8 +110,9 @@ type relation struct {
 	table    string // schema-qualified
 	identity byte   // replica identity: 'd' default, 'n' nothing, 'f' full, 'i' index
 	cols     []relColumn
-	tenant   int  // index of the tenant column, or -1
-	follow   bool // whether its changes are handed on
+	key      []string // the replica identity's columns, in table order: what an old image carries
+	tenant   int      // index of the tenant column, or -1
+	follow   bool     // whether its changes are handed on
 }
 
 type relColumn struct {
@@ -149,6 +150,9 @@ func (d *decoder) relation(m *pglogrepl.RelationMessage) {
 			oid = base
 		}
 		r.cols[i] = relColumn{name: c.Name, oid: oid, key: c.Flags&1 == 1}
+		if r.cols[i].key {
+			r.key = append(r.key, c.Name)
+		}
 		if d.tenant != "" && c.Name == d.tenant {
 			r.tenant = i
 		}

@@ -183,6 +183,7 @@ func (a *assembler) rowChange(data []byte) error {
 		}
 		ev.Before = old
 		ev.BeforeKeyOnly = haveOld && oldKind == tupleKey
+		ev.Key = r.key
 		ev.Tenant = a.dec.tenantOf(r, ev.After, ev.Before)
 		return ev, nil
 	})

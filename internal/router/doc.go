@@ -12,8 +12,8 @@
 //
 // # Views
 //
-// For each candidate the router evaluates the filter on the old image (where Postgres sent
-// one) and on the new image, and sends what the subscriber's view needs:
+// For each candidate the router evaluates the filter on the old image and on the new one, and
+// sends what the subscriber's view needs:
 //
 //	was in view   is in view   frame
 //	yes           yes          update
@@ -21,13 +21,25 @@
 //	yes           no           leave   (the row moved out: old image, never the new values)
 //	no            no           nothing
 //	can't tell    yes          update  (an upsert: the client adds it if absent)
-//	can't tell    no           leave   (remove if present), when an old image exists
+//	can't tell    no           leave   (with the old key: remove it if present)
+//	any           can't tell   resync  (incomplete_image, covering that one change)
 //
-// "Can't tell" is a filter column the old image lacks: REPLICA IDENTITY DEFAULT logs only the
-// key on UPDATE and DELETE, and nothing at all for an UPDATE that kept the key. A row moving
-// out of a filter on a non-key column is then invisible to its old subscribers; tables whose
-// filters read non-key columns should be REPLICA IDENTITY FULL (changefeed.full_identity_tables
-// makes preflight insist).
+// The old image is the one Postgres sent, or, for an UPDATE that kept the key under a replica
+// identity other than FULL (Postgres then sends none), the key read from the new row
+// (change.Event.Key). "Can't tell" is a filter column an image lacks. Subscribe therefore
+// refuses a filter that reads a column the table's replica identity does not log: under
+// DEFAULT the old image holds the key at most, so the subscribers that had a row an update
+// moved out of a filter on another column could only be found by telling every subscriber of
+// that column, on every update, to remove the row if present. A filter on the key is exact:
+// Postgres logs the old key whenever it changes. The rows above that still say "can't tell"
+// arise only when a table's identity changed after its subscriptions were made (then every
+// subscriber of a column the old image lacks is a candidate: exact, and costly until the
+// identity is restored), or when a filter column in the new image is an unchanged value
+// stored out of line that no full old image fills.
+//
+// Every change frame carries the table's key columns, whatever the column list says: clients
+// apply changes by key, and an update whose old key differs from its new one (its frame's old
+// image) replaces the row with the old key.
 //
 // A truncate reaches every subscriber of the table. A transaction too large for the changefeed
 // to hold (change.Txn.Overflow) reaches every subscriber of each table it touched as a resync.
@@ -35,9 +47,9 @@
 // # Concurrency and ordering
 //
 // Accept is the changefeed's sink: one goroutine routes one transaction at a time, in commit
-// order, under the read side of mu; Subscribe takes the write side, so a subscription becomes
-// live between two transactions, and the position it reports is the last transaction routed
-// before it. Frames are handed to sessions, whose lanes never block, so Accept returns once
+// order, under mu (exclusively: routing writes the scratch space and the generation counters
+// it shares with nothing else); Subscribe takes mu too, so a subscription becomes live between
+// two transactions, and the position it reports is the last transaction routed before it. Frames are handed to sessions, whose lanes never block, so Accept returns once
 // every delivery of the transaction is queued: only then does the changefeed confirm it.
 // Bodies are encoded once per (change, op, column list) and shared by every subscriber of that
 // shape.

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"slices"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/filter"
@@ -59,6 +60,10 @@ type routing struct {
 	r      *Router
 	cands  []*group
 	bodies []body
+	// keyOld is the old key of the current update when Postgres sent no old image (it kept
+	// the key), read from the new image; built at most once per change.
+	keyOld   change.Row
+	keyOldOK bool
 }
 
 // body is one encoded change body, shared by the subscribers of one op, column list and old
@@ -87,6 +92,7 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 	rt.r.gen++
 	rt.cands = rt.cands[:0]
 	rt.bodies = rt.bodies[:0]
+	rt.keyOld, rt.keyOldOK = nil, false
 	pos := wire.TablePosition(e.LSN, idx).String()
 
 	if e.Op == change.Truncate {
@@ -97,21 +103,25 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 	}
 	rt.collect(t.scan)
 	for col, c := range t.byCol {
+		// The subscribers that may see the row now, and those that may have seen it before.
 		rt.lookup(c, e.After, col)
 		switch {
+		case e.Op == change.Insert:
 		case e.Before != nil && has(e.Before, col):
 			rt.lookup(c, e.Before, col)
-		case e.Op == change.Delete:
-			// The old image lacks the column (the key alone was logged): any of this column's
-			// subscribers may have had the row in view.
+		case e.Before == nil && e.Op == change.Update && slices.Contains(e.Key, col) && has(e.After, col):
+			// An update that kept the key: the old value is the new one, looked up above.
+		default:
+			// The old value is unknown (the table's replica identity no longer logs the
+			// column): any of this column's subscribers may have had the row in view.
 			for _, gs := range c.keys {
 				rt.collect(gs)
 			}
 		}
 	}
 	for _, g := range rt.cands {
-		op, row, old, keyOnly, ok := rt.view(g, e)
-		if !ok {
+		v := rt.view(g, e)
+		if v.op == "" {
 			continue
 		}
 		for i := range g.members {
@@ -124,7 +134,11 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 				}
 				m.en.seen = rt.r.gen
 			}
-			rt.send(m, e, idx, pos, op, row, old, keyOnly)
+			if v.gap {
+				rt.gap(m, e, idx)
+				continue
+			}
+			rt.send(m, e, idx, pos, v.op, v.row, v.old, v.keyOnly)
 		}
 	}
 }
@@ -152,45 +166,116 @@ func (rt *routing) eval(g *group, row change.Row) filter.Result {
 	return g.filter.Eval(row)
 }
 
+// oldImage is the old image of update e as far as it is known: the one Postgres sent, or,
+// when it sent none because the key did not change, the key read from the new image. keyOnly
+// says the image holds only the key columns. It is nil when nothing of the old row is known.
+func (rt *routing) oldImage(e *change.Event) (old change.Row, keyOnly bool) {
+	if e.Before != nil {
+		return e.Before, e.BeforeKeyOnly
+	}
+	if !rt.keyOldOK {
+		rt.keyOldOK = true
+		rt.keyOld = keyOf(e.After, e.Key)
+	}
+	return rt.keyOld, true
+}
+
+// keyOf is the key columns of row, or nil when there is no key or row lacks part of it.
+func keyOf(row change.Row, key []string) change.Row {
+	if len(key) == 0 {
+		return nil
+	}
+	out := make(change.Row, 0, len(key))
+	for _, c := range row {
+		if slices.Contains(key, c.Name) {
+			out = append(out, c)
+		}
+	}
+	if len(out) != len(key) {
+		return nil
+	}
+	return out
+}
+
+// decision is what one group's subscribers need of one change: a frame, a gap, or nothing
+// (op is "").
+type decision struct {
+	op      wire.Op
+	row     change.Row
+	old     change.Row
+	keyOnly bool
+	gap     bool
+}
+
 // view decides, once for a group, what its subscribers' view needs of change e (see the
-// package doc's table); ok is false when it needs nothing.
-func (rt *routing) view(g *group, e *change.Event) (op wire.Op, row, old change.Row, keyOnly, ok bool) {
+// package doc's table).
+func (rt *routing) view(g *group, e *change.Event) decision {
 	switch e.Op {
 	case change.Insert:
-		if rt.eval(g, e.After) == filter.True {
-			return wire.OpInsert, e.After, nil, false, true
+		switch rt.eval(g, e.After) {
+		case filter.True:
+			return decision{op: wire.OpInsert, row: e.After}
+		case filter.Unknown:
+			return decision{op: wire.OpInsert, gap: true}
 		}
 	case change.Delete:
-		if e.Before != nil && rt.eval(g, e.Before) != filter.False {
-			return wire.OpDelete, nil, e.Before, e.BeforeKeyOnly, true
+		if rt.eval(g, e.Before) != filter.False {
+			return decision{op: wire.OpDelete, old: e.Before, keyOnly: e.BeforeKeyOnly}
 		}
 	case change.Update:
+		old, keyOnly := rt.oldImage(e)
 		was := filter.Unknown
-		if e.Before != nil {
-			was = rt.eval(g, e.Before)
+		if old != nil {
+			was = rt.eval(g, old)
 		}
 		is := rt.eval(g, e.After)
 		switch {
 		case is == filter.Unknown:
-			return wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly, true
+			// A column the filter reads is absent from the new image (an unchanged value
+			// stored out of line, with no full old image to fill it from): whether the row
+			// is in view now cannot be told, and guessing either way could leave the client
+			// wrong without knowing it.
+			return decision{op: wire.OpUpdate, gap: true}
 		case is == filter.True && was == filter.False:
-			return wire.OpEnter, e.After, nil, false, true
+			return decision{op: wire.OpEnter, row: e.After}
 		case is == filter.True:
-			return wire.OpUpdate, e.After, visibleOld(was, e), e.BeforeKeyOnly, true
-		case was == filter.True || was == filter.Unknown && e.Before != nil:
-			return wire.OpLeave, nil, e.Before, e.BeforeKeyOnly, true
+			// In view before, or maybe: an update, which the client applies as an upsert.
+			return decision{op: wire.OpUpdate, row: e.After, old: visibleOld(was, e), keyOnly: e.BeforeKeyOnly}
+		case was == filter.True:
+			return decision{op: wire.OpLeave, old: old, keyOnly: keyOnly}
+		case was == filter.Unknown && old != nil:
+			// Maybe in view before, not now: the client removes the row if it has it.
+			return decision{op: wire.OpLeave, old: old, keyOnly: keyOnly}
+		case was == filter.Unknown:
+			// Nothing of the old row is known, not even its key: a client holding it could
+			// not be told which row to remove.
+			return decision{op: wire.OpLeave, gap: true}
 		}
 	}
-	return "", nil, nil, false, false
+	return decision{}
 }
 
-// visibleOld is the old image a subscriber may see: one that was in its view, or the key
-// alone.
+// visibleOld is the old image a subscriber may see on an update: one that was in its view,
+// or the key alone.
 func visibleOld(was filter.Result, e *change.Event) change.Row {
 	if was == filter.True || e.BeforeKeyOnly {
 		return e.Before
 	}
 	return nil
+}
+
+// gap tells one subscriber that change idx of e may have changed its view in a way the
+// router cannot tell: a resync covering that one change.
+func (rt *routing) gap(m *member, e *change.Event, idx uint32) {
+	at := wire.TablePosition(e.LSN, idx)
+	frame, err := wire.AppendFrame(nil, &wire.Resync{Sub: m.sub, First: at, Last: at, Reason: wire.ResyncIncompleteImage})
+	if err != nil {
+		return
+	}
+	s := at.String()
+	m.target.DeliverFrame(m.sub, frame, s, s, 1)
+	rt.r.delivered.Add(1)
+	rt.r.gaps.Add(1)
 }
 
 // send encodes (once per op and column list) and queues the frame.

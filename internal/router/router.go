@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,9 +24,64 @@ type Target interface {
 	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
 }
 
-// Schema tells the router a table's columns, to validate filters and column lists.
+// Schema tells the router what it needs to know of a table to check a subscription.
 type Schema interface {
-	Columns(ctx context.Context, table string) ([]filter.Column, error)
+	// Table describes a schema-qualified table as Herald streams it: no columns when it does
+	// not exist or is outside Herald's publication. Errors are *wire.Error.
+	Table(ctx context.Context, table string) (TableInfo, error)
+}
+
+// TableInfo is a table as Herald's publication streams it.
+type TableInfo struct {
+	// Columns are the published columns in table order, each with the OID its values decode
+	// as. None: Herald does not stream the table (it does not exist, or the publication does
+	// not cover it).
+	Columns []filter.Column
+	// Key names the columns that identify a row, in table order: the replica identity
+	// index's under REPLICA IDENTITY USING INDEX, else the primary key's. None when the table
+	// has neither.
+	Key []string
+	// Identity is the table's replica identity: what Postgres logs of the old row of an
+	// UPDATE or DELETE.
+	Identity Identity
+}
+
+// Identity is a table's replica identity, as pg_class.relreplident spells it.
+type Identity byte
+
+// The replica identities.
+const (
+	IdentityDefault Identity = 'd' // the primary key
+	IdentityIndex   Identity = 'i' // the columns of one unique index
+	IdentityFull    Identity = 'f' // the whole row
+	IdentityNothing Identity = 'n' // nothing
+)
+
+// String names the identity as ALTER TABLE ... REPLICA IDENTITY does.
+func (i Identity) String() string {
+	switch i {
+	case IdentityDefault:
+		return "DEFAULT"
+	case IdentityIndex:
+		return "USING INDEX"
+	case IdentityFull:
+		return "FULL"
+	case IdentityNothing:
+		return "NOTHING"
+	}
+	return fmt.Sprintf("unknown (%q)", byte(i))
+}
+
+// logged reports whether Postgres logs column col in the old image of an UPDATE or DELETE of
+// a table with this info.
+func (t *TableInfo) logged(col string) bool {
+	switch t.Identity {
+	case IdentityFull:
+		return true
+	case IdentityDefault, IdentityIndex:
+		return slices.Contains(t.Key, col)
+	}
+	return false
 }
 
 // Config configures a Router.
@@ -51,6 +108,7 @@ type Router struct {
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets
 	evals     atomic.Uint64 // filter evaluations
+	gaps      atomic.Uint64 // resyncs for changes whose effect on a view could not be told
 }
 
 // New returns a router.
@@ -74,7 +132,10 @@ func New(cfg Config) (*Router, error) {
 // Stats counts the router's work.
 type Stats struct {
 	Routed, Delivered, Evaluations uint64
-	Subscriptions                  int
+	// Gaps counts resyncs sent because Postgres did not log enough of a row to tell how a
+	// change affected a subscriber's view.
+	Gaps          uint64
+	Subscriptions int
 }
 
 // Stats returns the router's counters.
@@ -85,7 +146,7 @@ func (r *Router) Stats() Stats {
 		n += t.count
 	}
 	r.mu.RUnlock()
-	return Stats{Routed: r.routed.Load(), Delivered: r.delivered.Load(), Evaluations: r.evals.Load(), Subscriptions: n}
+	return Stats{Routed: r.routed.Load(), Delivered: r.delivered.Load(), Evaluations: r.evals.Load(), Gaps: r.gaps.Load(), Subscriptions: n}
 }
 
 // Seed sets the position subscriptions start after when the stream goes live at start (an
@@ -116,10 +177,18 @@ type Request struct {
 	Target  Target
 }
 
-// Subscribe validates req against the table's columns and attaches it. It returns the
-// position the subscription starts after (every change committed after it will be routed to
-// it) and how to detach. Errors are *wire.Error.
-func (r *Router) Subscribe(ctx context.Context, req Request) (wire.Position, func(), error) {
+// Subscription is an attached table subscription as its client learns it.
+type Subscription struct {
+	// Head is the position the subscription starts after: every change committed after it
+	// is routed to it.
+	Head wire.Position
+	// Key names the table's key columns, which every change frame carries.
+	Key []string
+}
+
+// Subscribe validates req against the table and attaches it. It returns where the
+// subscription starts and how to detach. Errors are *wire.Error.
+func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func(), error) {
 	table := req.Table
 	if !strings.Contains(table, ".") {
 		table = "public." + table
@@ -127,24 +196,30 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (wire.Position, fun
 	if schema, _, _ := strings.Cut(table, "."); r.allowed == nil && (schema == "pg_catalog" || schema == "information_schema" || schema == "pg_toast") {
 		// With no table list, the publication decides what streams; the system catalogs never
 		// do, and their columns are nobody's business.
-		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
+		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server", req.Table)}
 	}
 	if r.allowed != nil && !r.allowed[table] {
-		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
+		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server; streamed tables: %s (changefeed.tables)", req.Table, r.tableList())}
 	}
-	cols, err := r.schema.Columns(ctx, table)
+	info, err := r.schema.Table(ctx, table)
 	if err != nil {
-		return wire.Position{}, nil, err
+		return Subscription{}, nil, err
 	}
+	cols := info.Columns
 	if len(cols) == 0 {
-		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
-			Message: fmt.Sprintf("table %q does not exist; name it as schema.table", req.Table)}
+		// One answer whether the table is missing or merely unpublished: a client learns
+		// nothing about tables Herald does not stream, not even that they exist.
+		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
+			Message: fmt.Sprintf("table %q is not streamed by this server: name it as schema.table, or ask the operator to add it to Herald's publication", req.Table)}
 	}
 	f, err := filter.Parse(req.Filter, cols)
 	if err != nil {
-		return wire.Position{}, nil, filterError(err)
+		return Subscription{}, nil, filterError(err)
+	}
+	if err := checkIdentity(table, f, &info); err != nil {
+		return Subscription{}, nil, err
 	}
 	var project map[string]bool
 	if req.Columns != nil {
@@ -153,15 +228,20 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (wire.Position, fun
 		for _, c := range cols {
 			known[c.Name] = true
 		}
-		for _, c := range req.Columns {
+		for i, c := range req.Columns {
 			if !known[c] {
-				return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnknownColumn, Field: "columns",
+				return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownColumn, Field: fmt.Sprintf("columns[%d]", i),
 					Message: fmt.Sprintf("table %s has no column %q", table, c)}
 			}
 			project[c] = true
 		}
+		// The key columns always go out: a client applies changes by key, and a delete or a
+		// leave carries nothing else.
+		for _, k := range info.Key {
+			project[k] = true
+		}
 	}
-	e := &entry{sub: req.Sub, target: req.Target, filter: f, columns: project, shape: shapeOf(req.Columns)}
+	e := &entry{sub: req.Sub, target: req.Target, filter: f, columns: project, shape: shapeOf(project)}
 	types := map[string]filter.Type{}
 	for _, c := range cols {
 		types[c.Name] = filter.TypeOf(c.OID)
@@ -172,7 +252,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (wire.Position, fun
 		r.mu.Unlock()
 		// Until the stream is live there is no position a subscription could honestly start
 		// after: a resume could not be checked, nor a later change be promised.
-		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnavailable,
+		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnavailable,
 			Message: "the change stream is not live yet (the replication stream is starting); retry with backoff"}
 	}
 	t := r.tables[table]
@@ -185,7 +265,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (wire.Position, fun
 	r.mu.Unlock()
 
 	var once sync.Once
-	return wire.TablePosition(head, 0), func() {
+	return Subscription{Head: wire.TablePosition(head, 0), Key: info.Key}, func() {
 		once.Do(func() {
 			r.mu.Lock()
 			if t.remove(e) {
@@ -221,10 +301,41 @@ func filterError(err error) error {
 	return &wire.Error{Code: code, Field: "filter", Message: msg, Err: err}
 }
 
+// checkIdentity refuses a filter that reads a column Postgres does not log in the old image
+// of an UPDATE. With the old value unknown, the router cannot tell which subscribers had a row
+// that an update moved out of their filter: it could only tell every subscriber of the column
+// "remove it if you have it", on every update of the table, which defeats the index; or say
+// nothing, which leaves views silently stale. A filter on the identity's columns is exact:
+// Postgres logs the old key whenever it changes.
+func checkIdentity(table string, f *filter.Filter, info *TableInfo) error {
+	var unlogged []string
+	for _, c := range f.Columns() {
+		if !info.logged(c) {
+			unlogged = append(unlogged, strconv.Quote(c))
+		}
+	}
+	if len(unlogged) == 0 {
+		return nil
+	}
+	logged := "no column"
+	if info.Identity != IdentityNothing && len(info.Key) > 0 {
+		logged = "only its key (" + strings.Join(info.Key, ", ") + ")"
+	}
+	return &wire.Error{Code: wire.CodeBadFilter, Field: "filter",
+		Message: fmt.Sprintf("the filter reads %s, but table %s has REPLICA IDENTITY %s, so Postgres logs %s of a row's old values, "+
+			"and a row an update moves out of the filter could not be reported; filter on the key columns only, "+
+			"or ask the operator to run ALTER TABLE %s REPLICA IDENTITY FULL", strings.Join(unlogged, ", "), table, info.Identity, logged, table)}
+}
+
 // shapeOf names a column list, so subscribers with the same one share encoded bodies.
-func shapeOf(cols []string) string {
+func shapeOf(cols map[string]bool) string {
 	if cols == nil {
 		return ""
 	}
-	return "\x00" + strings.Join(cols, "\x00")
+	names := make([]string, 0, len(cols))
+	for c := range cols {
+		names = append(names, c)
+	}
+	slices.Sort(names)
+	return "\x00" + strings.Join(names, "\x00")
 }

@@ -128,7 +128,7 @@ func New(cfg Config) (*Server, error) {
 		if err := fc.Validate(); err != nil {
 			return nil, err
 		}
-		schema, err := newPGSchema(context.Background(), fc.DatabaseURL)
+		schema, err := newPGSchema(context.Background(), fc.DatabaseURL, fc.PublicationName())
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +162,11 @@ func (s *Server) notReady() error {
 		case st.Streaming:
 		case st.Failure != "":
 			return fmt.Errorf("the replication stream is down: %s", st.Failure)
-		case !st.Leader && st.Restarts == 0 && st.Txns == 0:
+		case st.Leader:
+			// Leading the slot is not streaming yet: until the stream is live, no table
+			// subscription can start.
+			return fmt.Errorf("the replication stream is starting")
+		default:
 			return fmt.Errorf("the replication stream is starting, or another node leads the slot")
 		}
 	}

@@ -102,12 +102,15 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 
 	var (
 		head        wire.Position
+		key         []string
 		unsubscribe func()
 		err         error
 	)
 	if f.Table != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		head, unsubscribe, err = s.deps.Tables.Subscribe(ctx, s, f)
+		var ts TableSubscription
+		ts, err = s.deps.Tables.Subscribe(ctx, s, f)
+		head, key, unsubscribe = ts.Head, ts.Key, ts.Unsubscribe
 		cancel()
 	} else {
 		head, unsubscribe, err = s.deps.Channels.Subscribe(s, f.Sub, f.Channel, f.Event)
@@ -149,7 +152,7 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	}
 	// Under mu, so nothing of this subscription is queued before these: subscribed, the
 	// resume gap if any, then what arrived while they were being prepared.
-	s.Send(&wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos})
+	s.Send(&wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos, Key: key})
 	if gap := resumeGap(f.Sub, f.From, head); gap != nil {
 		s.Send(gap)
 	}

@@ -39,9 +39,15 @@ type Channels interface {
 
 // Tables is the table router as a session uses it.
 type Tables interface {
-	// Subscribe validates and attaches a table subscription, and returns the position it
-	// starts after and how to detach. Errors are *wire.Error.
-	Subscribe(ctx context.Context, s Subscriber, f *wire.Subscribe) (head wire.Position, unsubscribe func(), err error)
+	// Subscribe validates and attaches a table subscription. Errors are *wire.Error.
+	Subscribe(ctx context.Context, s Subscriber, f *wire.Subscribe) (TableSubscription, error)
+}
+
+// TableSubscription is an attached table subscription.
+type TableSubscription struct {
+	Head        wire.Position // the position it starts after
+	Key         []string      // the table's key columns, for the subscribed frame
+	Unsubscribe func()        // detaches it
 }
 
 // Subscriber is what a producer hands data to: the session itself.

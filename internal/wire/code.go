@@ -341,12 +341,15 @@ const (
 	// ResyncUpstreamGap: a hop before this node (the bus between nodes, a link between
 	// regions) lost items and said so.
 	ResyncUpstreamGap ResyncReason = "upstream_gap"
+	// ResyncIncompleteImage: Postgres did not log enough of a row to tell how one change
+	// affected the subscription's view (a column its filter reads was left out).
+	ResyncIncompleteImage ResyncReason = "incomplete_image"
 )
 
 // ResyncReasons returns every ResyncReason, in the order docs/PROTOCOL.md lists them.
 func ResyncReasons() []ResyncReason {
 	return []ResyncReason{
 		ResyncLaneFull, ResyncTooLarge, ResyncHistoryExpired, ResyncStreamReset,
-		ResyncPolicyError, ResyncTransactionTooLarge, ResyncUpstreamGap,
+		ResyncPolicyError, ResyncTransactionTooLarge, ResyncUpstreamGap, ResyncIncompleteImage,
 	}
 }

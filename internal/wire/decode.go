@@ -79,7 +79,8 @@ func DecodeServer(b []byte, limit int) (Frame, error) {
 	case FrameWelcome:
 		f = r.welcome()
 	case FrameSubscribed:
-		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", required)}
+		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", required),
+			Key: r.strings("key", `"key":["id"]`)}
 	case FrameUnsubscribed:
 		f = &Unsubscribed{
 			ID:      r.id,

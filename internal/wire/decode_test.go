@@ -226,6 +226,8 @@ func TestDecodeServerFrames(t *testing.T) {
 			&Welcome{Version: 1, Session: "s", Limits: Limits{MaxFrameBytes: 1}}},
 		{"subscribed table", `{"type":"subscribed","id":"2","sub":"s1","pos":"16/B374D848"}`,
 			&Subscribed{ID: "2", Sub: "s1", Pos: TablePosition(0x16B374D848, 0)}},
+		{"subscribed with a key", `{"type":"subscribed","id":"2","sub":"s1","pos":"16/B374D848","key":["id"]}`,
+			&Subscribed{ID: "2", Sub: "s1", Pos: TablePosition(0x16B374D848, 0), Key: []string{"id"}}},
 		{"subscribed channel", `{"type":"subscribed","sub":"s1","pos":{"epoch":"e","offset":0}}`,
 			&Subscribed{Sub: "s1", Pos: ChannelPosition("e", 0)}},
 		{"unsubscribed answer", `{"type":"unsubscribed","id":"3","sub":"s1"}`, &Unsubscribed{ID: "3", Sub: "s1"}},

@@ -231,6 +231,16 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		dst = appendStart(dst, FrameSubscribed, f.ID)
 		dst = appendString(dst, "sub", f.Sub)
 		dst = appendPosition(dst, "pos", f.Pos)
+		if len(f.Key) > 0 {
+			dst = append(dst, `,"key":[`...)
+			for i, k := range f.Key {
+				if i > 0 {
+					dst = append(dst, ',')
+				}
+				dst = change.AppendJSONString(dst, k)
+			}
+			dst = append(dst, ']')
+		}
 	case *Unsubscribed:
 		dst = appendStart(dst, FrameUnsubscribed, f.ID)
 		dst = appendString(dst, "sub", f.Sub)

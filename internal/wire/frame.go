@@ -37,7 +37,7 @@ const (
 	// FrameWelcome: {id?, v, session, expires_at?, expires_in?, limits}. The answer to connect
 	// (WebSocket) or the first event of a stream (SSE).
 	FrameWelcome FrameType = "welcome"
-	// FrameSubscribed: {id?, sub, pos}. The subscription is live; data after pos follows.
+	// FrameSubscribed: {id?, sub, pos, key?}. The subscription is live; data after pos follows.
 	FrameSubscribed FrameType = "subscribed"
 	// FrameUnsubscribed: {id?, sub, code?, message?}. Without id, the server ended it.
 	FrameUnsubscribed FrameType = "unsubscribed"
@@ -200,6 +200,9 @@ type Subscribed struct {
 	ID  string // empty for a subscription the SSE URL declared
 	Sub string
 	Pos Position
+	// Key names a table's key columns, which identify a row in change frames; none for a
+	// channel, or a table with neither a primary key nor a replica identity index.
+	Key []string
 }
 
 // Unsubscribed says a subscription has ended. With an ID it answers an unsubscribe; without
