@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // itemsDDL makes the test table, REPLICA IDENTITY FULL so that filters may read any column.
@@ -320,4 +322,67 @@ func TestSubscribedOnAFreshNodeCarriesAPosition(t *testing.T) {
 	if ch := c.expect("change"); ch["op"] != "insert" {
 		t.Errorf("change %v", ch)
 	}
+}
+
+// TestTablesOutsideThePublicationAreUnknown: with no table list, the publication decides what
+// streams. A table it does not cover is unknown_table whether or not it exists, and nothing
+// about its columns leaks; a column the publication does not publish (Postgres 15 column
+// lists) cannot be filtered on or asked for.
+func TestTablesOutsideThePublicationAreUnknown(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL, `CREATE TABLE secret (id int PRIMARY KEY, password_hash text)`)
+	columnLists := false
+	testenv.Exec(t, url, `CREATE PUBLICATION herald FOR TABLE items`)
+	if v := serverMajor(t, url); v >= 15 {
+		columnLists = true
+		testenv.Exec(t, url, `ALTER PUBLICATION herald SET TABLE items (id, org_id, title, qty, price, done, at)`)
+	}
+	cfg := baseConfig()
+	cfg.Session.MaxSubscriptions = 50
+	cfg.Changefeed = feedConfig(t, url)
+	cfg.Changefeed.Tables = nil
+	r := start(t, cfg)
+	waitReady(t, r)
+	c, _ := connect(t, r)
+	for _, tt := range []struct{ frame, code, leak string }{
+		{`{"type":"subscribe","id":"a","sub":"a","table":"public.secret","filter":{"eq":["password_hash","x"]}}`, "unknown_table", "password_hash"},
+		{`{"type":"subscribe","id":"b","sub":"b","table":"public.nothere","filter":{"eq":["x",1]}}`, "unknown_table", `"x"`},
+	} {
+		c.send(tt.frame)
+		m := c.expect("error")
+		if m["code"] != tt.code || strings.Contains(fmt.Sprint(m["message"]), tt.leak) {
+			t.Errorf("%s: got %v, want %s naming no column", tt.frame, m, tt.code)
+		}
+	}
+	// Both unknown tables get the same answer: whether secret exists is not told.
+	c.send(`{"type":"subscribe","id":"a","sub":"a","table":"public.secret"}`)
+	a := c.expect("error")["message"]
+	c.send(`{"type":"subscribe","id":"b","sub":"b","table":"public.nothere"}`)
+	b := c.expect("error")["message"]
+	if strings.ReplaceAll(fmt.Sprint(a), "secret", "X") != strings.ReplaceAll(fmt.Sprint(b), "nothere", "X") {
+		t.Errorf("messages differ between a table that exists and one that does not: %q, %q", a, b)
+	}
+	if columnLists {
+		c.send(`{"type":"subscribe","id":"n","sub":"n","table":"public.items","columns":["id","note"]}`)
+		c.expectError("unknown_column", "n")
+	}
+	c.send(`{"type":"subscribe","id":"i","sub":"i","table":"public.items"}`)
+	if m := c.expect("subscribed"); fmt.Sprint(m["key"]) != "[id]" {
+		t.Errorf("subscribed %v: want key [id]", m)
+	}
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id, note) VALUES (1, 'acme', 'private')`)
+	ch := c.expect("change")
+	if row := ch["row"].(map[string]any); row["note"] != nil {
+		t.Errorf("row %v carries a column the publication does not publish", row)
+	}
+}
+
+func serverMajor(t *testing.T, url string) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	return major(conn.PgConn().ParameterStatus("server_version"))
 }
