@@ -26,10 +26,11 @@
 // # Reconnecting
 //
 // A Conn does not reconnect. It records, per subscription, the position of the last frame Next
-// returned (Conn.Position), which is what a resume needs. The next step is a reconnecting
-// wrapper: on a *CloseError whose Reaction is Reconnect (or Reauthenticate, with a fresh
-// token), wait with exponential backoff and full jitter, Dial again, and Subscribe to each
-// subscription with From set to its Position, as docs/PROTOCOL.md "Reconnecting" describes.
+// returned (Conn.Position), which is what a resume needs. A reconnecting caller, on a
+// *CloseError whose Reaction is Reconnect (or Reauthenticate, with a fresh token), waits
+// ReconnectDelay(attempt) (exponential backoff with full jitter), Dials again, and Subscribes
+// to each subscription with From set to its Position, as docs/PROTOCOL.md "Reconnecting"
+// describes.
 //
 // # Types
 //

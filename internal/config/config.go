@@ -20,6 +20,10 @@ type Config struct {
 	// Listen is the host:port the HTTP server binds. Loopback by default: a development default
 	// must not expose itself to the network. ":8080" binds every interface.
 	Listen string `yaml:"listen"`
+	// AdminListen, when set, is a second host:port serving only /healthz, /readyz and
+	// /metrics, with descriptors of its own, so probes and scrapes answer while client sockets
+	// are at their cap. Empty: they are served on Listen only.
+	AdminListen string `yaml:"admin_listen"`
 	// PublicURL is how clients reach this node (http, https, ws or wss), used in printed examples
 	// and links. Empty means derived from Listen.
 	PublicURL string `yaml:"public_url"`
@@ -78,8 +82,14 @@ type ChannelsSection struct {
 
 // LimitsSection bounds what one node and one connection may use: the limits.* keys.
 type LimitsSection struct {
-	// MaxConnections is the most client connections this node holds at once.
+	// MaxConnections is the most client connections this node holds at once. It is lowered,
+	// with a warning, when it does not fit the open-file limit less FDReserve.
 	MaxConnections int `yaml:"max_connections"`
+	// FDReserve is how many of the process's open files client sockets may not take: for
+	// Postgres, Redis, peers, logs and the admin listener.
+	FDReserve int `yaml:"fd_reserve"`
+	// ListenBacklog is the accept backlog asked of the kernel (capped by net.core.somaxconn).
+	ListenBacklog int `yaml:"listen_backlog"`
 	// MaxSubscriptions is the most subscriptions one connection holds; past it a subscribe is
 	// refused (429).
 	MaxSubscriptions int `yaml:"max_subscriptions"`
@@ -145,6 +155,8 @@ func Default() *Config {
 		},
 		Limits: LimitsSection{
 			MaxConnections:    10000,
+			FDReserve:         256,
+			ListenBacklog:     4096,
 			MaxSubscriptions:  100,
 			MaxFrameBytes:     64 * KiB,
 			MaxPublishBytes:   64 * KiB,

@@ -437,6 +437,7 @@ func exampleFor(k Key) string {
 // examples are the example values of keys whose default is empty or says nothing.
 var examples = map[string]string{
 	"public_url":                      "https://realtime.example.com",
+	"admin_listen":                    "127.0.0.1:9091",
 	"auth.secrets":                    "<at least 32 random bytes, e.g. from openssl rand -base64 48>",
 	"auth.public_keys":                "/etc/herald/issuer.pem",
 	"auth.jwks_file":                  "/etc/herald/jwks.json",

@@ -52,6 +52,7 @@ func TestLoadNoAuthIsRefused(t *testing.T) {
 // fullFile sets every key to a value other than its default.
 const fullFile = `
 listen: "0.0.0.0:9090"
+admin_listen: "127.0.0.1:9091"
 public_url: https://rt.example.com
 log_level: debug
 log_format: json
@@ -73,6 +74,8 @@ channels:
   client_publish: true
 limits:
   max_connections: 500
+  fd_reserve: 100
+  listen_backlog: 512
   max_subscriptions: 7
   max_frame_bytes: 32KiB
   max_publish_bytes: 16384
@@ -101,6 +104,7 @@ changefeed:
 func fullConfig() *Config {
 	return &Config{
 		Listen:          "0.0.0.0:9090",
+		AdminListen:     "127.0.0.1:9091",
 		PublicURL:       "https://rt.example.com",
 		LogLevel:        "debug",
 		LogFormat:       "json",
@@ -118,7 +122,7 @@ func fullConfig() *Config {
 		API:      APISection{Keys: []string{testAPIKey}},
 		Channels: ChannelsSection{ClientPublish: true},
 		Limits: LimitsSection{
-			MaxConnections: 500, MaxSubscriptions: 7,
+			MaxConnections: 500, MaxSubscriptions: 7, FDReserve: 100, ListenBacklog: 512,
 			MaxFrameBytes: 32 * KiB, MaxPublishBytes: 16 * KiB,
 			DataLaneFrames: 10, DataLaneBytes: MiB,
 			ControlLaneFrames: 20, ControlLaneBytes: 128 * KiB,

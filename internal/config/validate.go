@@ -77,6 +77,19 @@ func (c *Config) checkServer() error {
 		return c.bad(k.Name, fmt.Sprintf("is %q, want host:port with a port number (an empty host, as in :8080, means every interface)", c.Listen),
 			k.fix("host:port", "127.0.0.1:8080"))
 	}
+	if c.AdminListen != "" {
+		k := mustKey("admin_listen")
+		_, port, err := net.SplitHostPort(c.AdminListen)
+		p, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || p < 0 || p > 65535 {
+			return c.bad(k.Name, fmt.Sprintf("is %q, want host:port with a port number", c.AdminListen),
+				k.fix("host:port for health and metrics", "127.0.0.1:9091"))
+		}
+		if c.AdminListen == c.Listen && p != 0 {
+			return c.bad(k.Name, fmt.Sprintf("is %q, the same address as listen; it needs its own", c.AdminListen),
+				k.fix("another host:port, or leave it empty to serve health and metrics on listen only", "127.0.0.1:9091"))
+		}
+	}
 	if c.PublicURL != "" {
 		k := mustKey("public_url")
 		// The value is not quoted: a URL pasted with credentials in it would be echoed.

@@ -19,6 +19,9 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 	return Config{
 		Changefeed:      cf,
 		Listen:          c.Listen,
+		AdminListen:     c.AdminListen,
+		ListenBacklog:   c.Limits.ListenBacklog,
+		FDReserve:       c.Limits.FDReserve,
 		ShutdownTimeout: c.ShutdownTimeout,
 		APIKeys:         c.API.Keys,
 		MaxConnections:  c.Limits.MaxConnections,

@@ -38,6 +38,18 @@ func newMetrics(s *Server) *metrics {
 	}
 	gauge("herald_connections", "Client connections holding a slot.", func() float64 { return float64(s.conns.Load()) })
 	gauge("herald_sessions", "Live sessions.", func() float64 { return float64(s.Sessions()) })
+	gauge("herald_sockets_open", "Client sockets open, under the cap set from the open-file limit.", func() float64 {
+		if g := s.gated.Load(); g != nil {
+			return float64(g.open.Load())
+		}
+		return 0
+	})
+	counter("herald_sockets_refused_total", "Client sockets refused too_many_connections at the socket cap, or reset for lack of descriptors.", func() float64 {
+		if g := s.gated.Load(); g != nil {
+			return float64(g.refused.Load())
+		}
+		return 0
+	})
 	counter("herald_data_frames_written_total", "Data frames handed to connections' writers.", func() float64 {
 		t, _ := s.laneTotals()
 		return float64(t.DataWritten)
@@ -87,6 +99,9 @@ func newMetrics(s *Server) *metrics {
 		})
 		counter("herald_router_filter_evaluations_total", "Filter evaluations (one per group of identical filters per change).", func() float64 {
 			return float64(s.tables.router.Stats().Evaluations)
+		})
+		counter("herald_router_gaps_total", "Resyncs (incomplete_image) for changes whose effect on a view could not be told from what Postgres logged.", func() float64 {
+			return float64(s.tables.router.Stats().Gaps)
 		})
 		gauge("herald_table_subscriptions", "Live table subscriptions.", func() float64 { return float64(s.tables.router.Stats().Subscriptions) })
 	}

@@ -37,6 +37,16 @@ import (
 type Config struct {
 	// Listen is the address to serve on. Default 127.0.0.1:8080.
 	Listen string
+	// AdminListen, when set, is a second address serving only /healthz, /readyz and
+	// /metrics, with descriptors of its own: it answers while client sockets are at their cap.
+	// The main address serves them too.
+	AdminListen string
+	// ListenBacklog is the accept backlog asked of the kernel, which caps it at
+	// net.core.somaxconn. Default 0: the kernel's maximum.
+	ListenBacklog int
+	// FDReserve is how many of the process's open files are kept from client sockets, for
+	// Postgres, Redis, peers, logs and the admin listener. Default 256.
+	FDReserve int
 	// ShutdownTimeout bounds the drain of a graceful shutdown. Default 10s.
 	ShutdownTimeout time.Duration
 	// APIKeys guard the HTTP publish API; none disables it.
@@ -68,6 +78,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = 10000
 	}
+	if c.FDReserve <= 0 {
+		c.FDReserve = 256
+	}
 	if c.MaxPublishBytes <= 0 {
 		c.MaxPublishBytes = 64 << 10
 	}
@@ -91,14 +104,17 @@ type Server struct {
 	feed     *changefeed.Feed // nil without a changefeed
 	schema   *pgSchema        // nil without a changefeed
 
-	conns atomic.Int64
+	conns       atomic.Int64                  // sessions admitted and not yet ended
+	maxSessions atomic.Int64                  // the session limit: limits.max_connections, or less to fit the open-file limit
+	gated       atomic.Pointer[gatedListener] // the client listener, once Run has bound it
 
 	mu       sync.Mutex
 	sessions map[*session.Session]struct{} // guarded by mu
 	closes   map[wire.CloseCode]uint64     // guarded by mu: ended sessions by close code
 
-	addr  atomic.Value // string: the bound address, once listening
-	ready chan struct{}
+	addr      atomic.Value // string: the bound address, once listening
+	adminAddr atomic.Value // string: the admin listener's address, once listening
+	ready     chan struct{}
 }
 
 // New builds a server from cfg.
@@ -193,7 +209,7 @@ func (s *Server) Authenticate(token string) (auth.Identity, error) {
 
 // Admit reserves a connection slot.
 func (s *Server) Admit() (func(), bool) {
-	if s.conns.Add(1) > int64(s.cfg.MaxConnections) {
+	if s.conns.Add(1) > s.maxSessions.Load() {
 		s.conns.Add(-1)
 		return func() {}, false
 	}
@@ -242,10 +258,20 @@ func (s *Server) Sessions() int {
 // Run serves until ctx ends, then shuts down in order. It returns once every goroutine it
 // started has ended.
 func (s *Server) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+	ln, err := listen(s.cfg.Listen, s.cfg.ListenBacklog)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (set listen / HERALD_LISTEN to a free address)", s.cfg.Listen, err)
 	}
+	var admin net.Listener
+	if s.cfg.AdminListen != "" {
+		if admin, err = net.Listen("tcp", s.cfg.AdminListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s: %w (set admin_listen / HERALD_ADMIN_LISTEN to a free address)", s.cfg.AdminListen, err)
+		}
+		s.adminAddr.Store(admin.Addr().String())
+		admin = newGatedListener(admin, adminSockets, s.log)
+	}
+	ln = s.gate(ln)
 	s.addr.Store(ln.Addr().String())
 
 	// Sessions live on base, not on ctx: a stopping server closes them itself, with the code
@@ -283,22 +309,79 @@ func (s *Server) Run(ctx context.Context) error {
 	mux.HandleFunc("GET /v1/sse", events.Stream)
 	mux.HandleFunc("POST /v1/sse/{session}", events.Command)
 	mux.HandleFunc("POST /v1/publish", s.publish)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.Handle("GET /metrics", s.metrics.handler())
+	s.adminRoutes(mux)
 
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return base }}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	adminServed := make(chan error, 1)
+	var adminSrv *http.Server
+	if admin != nil {
+		amux := http.NewServeMux()
+		s.adminRoutes(amux)
+		adminSrv = &http.Server{Handler: amux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { adminServed <- adminSrv.Serve(admin) }()
+		s.log.Info("serving health and metrics", "addr", s.AdminAddr())
+	}
+	// The admin listener outlives the drain: health and metrics answer until the end.
+	defer func() {
+		if adminSrv != nil {
+			_ = adminSrv.Close()
+			<-adminServed
+		}
+	}()
 	close(s.ready)
 	s.log.Info("serving", "addr", ln.Addr().String())
 
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
+	case err := <-adminServed:
+		adminSrv = nil
+		stopBase()
+		_ = srv.Close()
+		<-served
+		return fmt.Errorf("serve health and metrics: %w", err)
 	case <-ctx.Done():
 	}
 	return s.shutdown(srv, served, stopBase)
+}
+
+// adminSockets caps the admin listener's open sockets: probes and scrapers, not clients.
+const adminSockets = 64
+
+func (s *Server) adminRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.Handle("GET /metrics", s.metrics.handler())
+}
+
+// gate caps ln's open sockets below the open-file limit (see listener.go) and sets the
+// session limit under the cap, saying so when limits.max_connections does not fit.
+func (s *Server) gate(ln net.Listener) net.Listener {
+	limit, err := fdLimit()
+	if err != nil {
+		s.log.Warn("cannot read the open-file limit; client sockets are not capped by it", "error", err)
+		s.maxSessions.Store(int64(s.cfg.MaxConnections))
+		return ln
+	}
+	sockets, sessions, clamped := socketBudget(limit, s.cfg.FDReserve, s.cfg.MaxConnections)
+	if clamped {
+		s.log.Warn("limits.max_connections lowered to fit the open-file limit",
+			"max_connections", s.cfg.MaxConnections, "now", sessions, "open_file_limit", limit, "reserve", s.cfg.FDReserve,
+			"fix", fmt.Sprintf("raise the open-file limit to at least %d (ulimit -n, systemd LimitNOFILE=), or lower limits.max_connections", s.cfg.MaxConnections+s.cfg.FDReserve+max(16, s.cfg.MaxConnections/16)),
+			"client_sockets", sockets)
+	}
+	s.maxSessions.Store(int64(sessions))
+	g := newGatedListener(ln, sockets, s.log)
+	s.gated.Store(g)
+	return g
+}
+
+// AdminAddr is the admin listener's address, once Listening has fired; "" without one.
+func (s *Server) AdminAddr() string {
+	a, _ := s.adminAddr.Load().(string)
+	return a
 }
 
 // shutdown stops accepting, tells every client to go elsewhere, drains, then closes.
