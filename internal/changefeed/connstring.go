@@ -12,7 +12,14 @@ import (
 // pinnedSettings are sent in the startup packet of every connection Herald makes. The walsender
 // formats each value with its own session settings, which postgresql.conf, ALTER ROLE or ALTER
 // DATABASE may have set to anything; the value decoder reads exactly one format.
+//
+// client_encoding is among them: pgoutput converts every value and name it sends from the
+// database's encoding to the session's client_encoding, which defaults to the database's own.
+// Unpinned, a LATIN1 database sends é as a byte that is not UTF-8, and a role set to LATIN1
+// makes a UTF8 database's € fail the conversion, stopping the stream at that change for good.
+// Every encoding converts to UTF8.
 var pinnedSettings = map[string]string{
+	"client_encoding":    "UTF8",
 	"timezone":           "UTC",
 	"datestyle":          "ISO",
 	"intervalstyle":      "postgres",

@@ -114,6 +114,7 @@ func (f *Feed) session(ctx context.Context) error {
 		sinkErr: make(chan error, 1),
 	}
 	p.asm.skipThrough = f.resumeCommit
+	p.asm.text = messageText(conn.ParameterStatus("server_encoding"))
 	p.accepted.Store(uint64(start))
 	p.confirmed = start
 	return p.run(ctx)
