@@ -42,12 +42,12 @@ func TestConnConfigRefusesMalformedEscapesByPartName(t *testing.T) {
 }
 
 func TestConnConfigPinsSessionSettings(t *testing.T) {
-	cfg, err := ConnConfig("postgres://app:pw@localhost/db?sslmode=disable&timezone=Asia/Kolkata&datestyle=SQL", true)
+	cfg, err := ConnConfig("postgres://app:pw@localhost/db?sslmode=disable&timezone=Asia/Kolkata&datestyle=SQL&client_encoding=LATIN1", true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]string{"timezone": "UTC", "datestyle": "ISO", "intervalstyle": "postgres",
-		"bytea_output": "hex", "extra_float_digits": "3", "replication": "database", "application_name": "herald"} {
+		"bytea_output": "hex", "extra_float_digits": "3", "client_encoding": "UTF8", "replication": "database", "application_name": "herald"} {
 		if got := cfg.RuntimeParams[k]; got != want {
 			t.Errorf("%s = %q, want %q", k, got, want)
 		}
