@@ -234,7 +234,8 @@ func (a *assembler) message(walStart change.LSN, m *pglogrepl.LogicalDecodingMes
 			return result{skipped: lsn}, nil
 		}
 		ev.LSN = lsn
-		return result{txn: &change.Txn{CommitLSN: lsn, EndLSN: lsn, CommitTime: time.Now().UTC(), Events: []change.Event{ev}}}, nil
+		// It has no commit time, and none is made up for it.
+		return result{txn: &change.Txn{CommitLSN: lsn, EndLSN: lsn, Events: []change.Event{ev}}}, nil
 	}
 	p, err := a.target()
 	if err != nil {
