@@ -236,7 +236,8 @@ func (s *Server) Sessions() int {
 }
 
 // Run serves until ctx ends, then shuts down in order. It returns once every goroutine it
-// started has ended.
+// started has ended. A changefeed that stops on a permanent error shuts the node down too, and
+// Run returns that error.
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
@@ -256,16 +257,22 @@ func (s *Server) Run(ctx context.Context) error {
 	// confirms what was handed on.
 	feedCtx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()
+	// The feed's Run returns before a stop only on an error retrying cannot fix (a lost slot, a
+	// refused password request, a table without a replica identity): the node stops with it,
+	// rather than serving on with its tables dead until someone reads /readyz.
 	feedDone := make(chan error, 1)
+	var feedStopped <-chan error // nil, never ready, without a changefeed
 	if s.feed != nil {
 		go func() { feedDone <- s.feed.Run(feedCtx) }()
+		feedStopped = feedDone
 	} else {
 		feedDone <- nil
 	}
+	feedEnded := false
 	defer func() {
 		stopFeed()
-		if err := <-feedDone; err != nil {
-			s.log.Error("changefeed", "error", err)
+		if !feedEnded {
+			<-feedDone
 		}
 		if s.schema != nil {
 			s.schema.Close()
@@ -292,6 +299,15 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
+	case err := <-feedStopped:
+		feedEnded = true
+		if err == nil {
+			err = errors.New("the changefeed stopped")
+		}
+		if serr := s.shutdown(srv, served, stopBase); serr != nil {
+			s.log.Warn("shutdown after the changefeed stopped", "error", serr)
+		}
+		return err
 	case <-ctx.Done():
 	}
 	return s.shutdown(srv, served, stopBase)
