@@ -158,11 +158,13 @@ func (s *Server) notReady() error {
 	}
 	if s.feed != nil {
 		st := s.feed.Stats()
+		// Only a live stream lets a table subscription start: until then the router has no
+		// position to start it after. A leader still in preflight is not ready either.
 		switch {
 		case st.Streaming:
 		case st.Failure != "":
 			return fmt.Errorf("the replication stream is down: %s", st.Failure)
-		case !st.Leader && st.Restarts == 0 && st.Txns == 0:
+		default:
 			return fmt.Errorf("the replication stream is starting, or another node leads the slot")
 		}
 	}
