@@ -152,9 +152,13 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 	}
 }
 
+// slotActive reports whether a tail holds slot and the slot decodes every commit from now on. A
+// slot is already active while CREATE_REPLICATION_SLOT waits for a consistent point, and a
+// transaction that commits before that point is never decoded; confirmed_flush_lsn is NULL
+// until it is reached.
 func slotActive(t *testing.T, conn *pgx.Conn, slot string) bool {
 	var active bool
-	err := conn.QueryRow(context.Background(), `SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+	err := conn.QueryRow(context.Background(), `SELECT coalesce(bool_or(active AND confirmed_flush_lsn IS NOT NULL), false) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,7 @@ func (r *Row) UnmarshalJSON(b []byte) error {
 // commit LSN, txid, commit time and write tag, and the events of a transaction are handed on
 // together, in the order the transaction made them.
 type Event struct {
-	Table  string `json:"table"` // schema-qualified: "public.items"
+	Table  string `json:"table,omitempty"` // schema-qualified: "public.items"; empty for a Message
 	Op     Op     `json:"op"`
 	Before Row    `json:"before"` // the old image, where Postgres sent one (see below)
 	After  Row    `json:"after"`  // the new image; nil for delete and truncate
@@ -172,9 +172,11 @@ type Event struct {
 	// of one relation: never modify it.
 	Key []string `json:"-"`
 
-	LSN        LSN       `json:"lsn"`  // the transaction's commit LSN: its position in the stream
-	TxID       uint32    `json:"txid"` // the transaction id
-	CommitTime time.Time `json:"commit_time"`
+	LSN LSN `json:"lsn"` // the transaction's commit LSN: its position in the stream
+	// TxID and CommitTime are the transaction's id and commit time. A Message sent outside any
+	// transaction has neither: both are zero, and absent from the JSON.
+	TxID       uint32    `json:"txid,omitzero"`
+	CommitTime time.Time `json:"commit_time,omitzero"`
 	Tenant     string    `json:"tenant,omitempty"` // the configured tenant column's value, as text
 	WriteTag   string    `json:"write_tag,omitempty"`
 
@@ -186,9 +188,9 @@ type Event struct {
 // Txn is one committed transaction as the changefeed hands it to its sink.
 type Txn struct {
 	XID        uint32
-	CommitLSN  LSN // the commit record's LSN: the position every event of it carries
-	EndLSN     LSN // the end of the commit record: what is confirmed to Postgres once handed on
-	CommitTime time.Time
+	CommitLSN  LSN       // the commit record's LSN: the position every event of it carries
+	EndLSN     LSN       // the end of the commit record: what is confirmed to Postgres once handed on
+	CommitTime time.Time // zero when not Transactional
 	WriteTag   string
 	// Transactional is false for a logical message emitted outside any transaction, which
 	// Postgres sends at once, whether or not the emitting transaction later commits.
@@ -208,9 +210,13 @@ type Overflow struct {
 // AppendJSON appends the event as one JSON object to dst, with the same fields and names as
 // encoding/json would give it, without reflection: this runs once per change on hot paths.
 func (e *Event) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"table":`...)
-	dst = AppendJSONString(dst, e.Table)
-	dst = append(dst, `,"op":`...)
+	dst = append(dst, '{')
+	if e.Table != "" {
+		dst = append(dst, `"table":`...)
+		dst = AppendJSONString(dst, e.Table)
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"op":`...)
 	dst = AppendJSONString(dst, string(e.Op))
 	dst = append(dst, `,"before":`...)
 	dst = e.Before.AppendJSON(dst)
@@ -231,11 +237,16 @@ func (e *Event) AppendJSON(dst []byte) []byte {
 	}
 	dst = append(dst, `,"lsn":"`...)
 	dst = appendLSN(dst, e.LSN)
-	dst = append(dst, `","txid":`...)
-	dst = strconv.AppendUint(dst, uint64(e.TxID), 10)
-	dst = append(dst, `,"commit_time":"`...)
-	dst = e.CommitTime.UTC().AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, '"')
+	if e.TxID != 0 {
+		dst = append(dst, `,"txid":`...)
+		dst = strconv.AppendUint(dst, uint64(e.TxID), 10)
+	}
+	if !e.CommitTime.IsZero() {
+		dst = append(dst, `,"commit_time":"`...)
+		dst = e.CommitTime.UTC().AppendFormat(dst, time.RFC3339Nano)
+		dst = append(dst, '"')
+	}
 	if e.Tenant != "" {
 		dst = append(dst, `,"tenant":`...)
 		dst = AppendJSONString(dst, e.Tenant)

@@ -141,6 +141,23 @@ func TestEventAppendJSONMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// TestEventJSONOmitsWhatItDoesNotHave: a message sent outside any transaction has no table, no
+// transaction id and no commit time. Neither encoder writes them as "", 0 or year 1.
+func TestEventJSONOmitsWhatItDoesNotHave(t *testing.T) {
+	e := Event{Op: Message, Prefix: "app", Content: "hi", LSN: 0xA}
+	want := `{"op":"message","before":null,"after":null,"lsn":"0/A","prefix":"app","content":"hi"}`
+	if got := string(e.AppendJSON(nil)); got != want {
+		t.Errorf("AppendJSON:\n got %s\nwant %s", got, want)
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != want {
+		t.Errorf("json.Marshal:\n got %s\nwant %s", b, want)
+	}
+}
+
 func BenchmarkEventAppendJSON(b *testing.B) {
 	e := Event{Table: "public.items", Op: Update,
 		After: Row{{"id", json.RawMessage(`12345`)}, {"org_id", json.RawMessage(`"acme"`)}, {"body", json.RawMessage(`"0123456789012345678901234567890123456789012345678901234567890123"`)}, {"n", json.RawMessage(`7`)}},

@@ -17,6 +17,9 @@ type assembler struct {
 	writeTagPrefix string
 	messages       func(prefix string) bool
 	maxTxnBytes    int
+	// text turns a logical message's content, which arrives in the database's encoding, into
+	// text (see messageText).
+	text func([]byte) string
 	// skipThrough is the commit LSN of the last transaction already handed on: one at or before
 	// it is a replay (Postgres resends from its confirmed position, which can lag) and is dropped.
 	skipThrough change.LSN
@@ -54,6 +57,7 @@ func newAssembler(dec *decoder, cfg *Config) *assembler {
 		writeTagPrefix: cfg.WriteTagPrefix,
 		messages:       func(p string) bool { return all || prefixes[p] },
 		maxTxnBytes:    cfg.MaxTxnBytes,
+		text:           messageText("UTF8"),
 		skipThrough:    cfg.From,
 		streams:        map[uint32]*pending{},
 	}
@@ -218,7 +222,7 @@ func (a *assembler) message(walStart change.LSN, m *pglogrepl.LogicalDecodingMes
 	if !tag && !a.messages(m.Prefix) {
 		return result{}, nil
 	}
-	ev := change.Event{Op: change.Message, Prefix: m.Prefix, Content: string(m.Content)}
+	ev := change.Event{Op: change.Message, Prefix: m.Prefix, Content: a.text(m.Content)}
 	if !m.Transactional {
 		// Sent at once, outside any transaction, whether or not its transaction later commits:
 		// it is positioned by its own LSN.
@@ -230,7 +234,8 @@ func (a *assembler) message(walStart change.LSN, m *pglogrepl.LogicalDecodingMes
 			return result{skipped: lsn}, nil
 		}
 		ev.LSN = lsn
-		return result{txn: &change.Txn{CommitLSN: lsn, EndLSN: lsn, CommitTime: time.Now().UTC(), Events: []change.Event{ev}}}, nil
+		// It has no commit time, and none is made up for it.
+		return result{txn: &change.Txn{CommitLSN: lsn, EndLSN: lsn, Events: []change.Event{ev}}}, nil
 	}
 	p, err := a.target()
 	if err != nil {

@@ -270,3 +270,29 @@ func TestMessageLengthCannotReachPastTheMessage(t *testing.T) {
 		t.Fatalf("a content length past the message was accepted: %+v", res.txn)
 	}
 }
+
+// TestNonTransactionalMessageHasNoCommitTime: a logical message sent outside any transaction has
+// no commit time and no transaction id; it must not carry a made-up or zero one
+// ("0001-01-01T00:00:00Z", txid 0).
+func TestNonTransactionalMessageHasNoCommitTime(t *testing.T) {
+	a := newTestAssembler()
+	a.messages = func(string) bool { return true }
+	txns := feedAll(t, a,
+		msg{'M'}.u8(0).u64(5).str("app").u32(2).raw([]byte("hi")),
+		begin(20, 7), msg{'M'}.u8(1).u64(12).str("app").u32(2).raw([]byte("in")), commit(20, 28),
+	)
+	if len(txns) != 2 {
+		t.Fatalf("got %d transactions, want 2", len(txns))
+	}
+	if !txns[0].CommitTime.IsZero() || txns[0].Transactional {
+		t.Errorf("non-transactional txn: commit time %v, transactional %v; want zero, false", txns[0].CommitTime, txns[0].Transactional)
+	}
+	got := string(txns[0].Events[0].AppendJSON(nil))
+	if want := `{"op":"message","before":null,"after":null,"lsn":"0/5","prefix":"app","content":"hi"}`; got != want {
+		t.Errorf("non-transactional message:\n got %s\nwant %s", got, want)
+	}
+	got = string(txns[1].Events[0].AppendJSON(nil))
+	if !strings.Contains(got, `"txid":7,"commit_time":"2000-01-01T00:00:00Z"`) {
+		t.Errorf("transactional message %s: want its txid and commit time", got)
+	}
+}

@@ -12,7 +12,14 @@ import (
 // pinnedSettings are sent in the startup packet of every connection Herald makes. The walsender
 // formats each value with its own session settings, which postgresql.conf, ALTER ROLE or ALTER
 // DATABASE may have set to anything; the value decoder reads exactly one format.
+//
+// client_encoding is among them: pgoutput converts every value and name it sends from the
+// database's encoding to the session's client_encoding, which defaults to the database's own.
+// Unpinned, a LATIN1 database sends é as a byte that is not UTF-8, and a role set to LATIN1
+// makes a UTF8 database's € fail the conversion, stopping the stream at that change for good.
+// Every encoding converts to UTF8.
 var pinnedSettings = map[string]string{
+	"client_encoding":    "UTF8",
 	"timezone":           "UTC",
 	"datestyle":          "ISO",
 	"intervalstyle":      "postgres",
@@ -70,6 +77,41 @@ func ConnConfig(connString string, replication bool) (*pgconn.Config, error) {
 		delete(cfg.RuntimeParams, "replication")
 	}
 	return cfg, nil
+}
+
+// refusedAuth recognises a connection that failed because the server asked for an
+// authentication method the connection may not answer (require_auth, which ConnConfig sets
+// under a weak sslmode), and returns the permanent error it is, or nil. Retrying cannot help:
+// the server asks the same every time, until a person chooses how the password may travel.
+func refusedAuth(err error, connString string) *Error {
+	// pgconn reports it only as text: "require_auth check failed: authentication method
+	// requirement \"!password,!md5\" failed: server requested md5 authentication".
+	msg := err.Error()
+	if !strings.Contains(msg, "require_auth check failed") {
+		return nil
+	}
+	method := "an authentication method require_auth does not allow"
+	if _, rest, ok := strings.Cut(msg, "server requested "); ok {
+		if m, _, ok := strings.Cut(rest, " authentication"); ok {
+			method = m
+		}
+	}
+	if !weakSSLMode(sslModeOf(connString)) {
+		return &Error{Stage: StageConnect, Permanent: true, Err: err,
+			Detail: "the server asked for " + method + " authentication, which require_auth in the database URL does not allow",
+			Fix:    "allow that method in require_auth, or configure the role and pg_hba.conf for one it allows"}
+	}
+	switch method {
+	case "password":
+		method = "a cleartext password"
+	case "md5":
+		method = "an md5 password"
+	}
+	return &Error{Stage: StageConnect, Permanent: true, Err: err,
+		Detail: "the server asked for " + method + ", and Herald does not send one under sslmode prefer, allow or unset: those modes do not promise encryption, so anyone on the path could take it",
+		Fix: "choose how the password travels: sslmode=verify-full (or sslmode=require) in the database URL to encrypt it; " +
+			"sslmode=disable to send it unencrypted, knowingly, on a trusted network; " +
+			"or SCRAM, which never sends it: SET password_encryption = 'scram-sha-256'; ALTER ROLE <role> PASSWORD '<password>'; and scram-sha-256 instead of md5 or password in pg_hba.conf"}
 }
 
 func weakSSLMode(mode string) bool {

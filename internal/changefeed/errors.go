@@ -59,7 +59,7 @@ func IsPermanent(err error) bool {
 func pgError(stage Stage, op string, err error) *Error {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
-		return &Error{Stage: stage, Detail: op + ": " + safeNetError(err), Fix: "herald doctor; check that Postgres is up and reachable from this host", Err: err}
+		return &Error{Stage: stage, Detail: op + ": " + safeNetError(err), Fix: "check that Postgres is up and reachable from this host at the database URL's host and port", Err: err}
 	}
 	e := &Error{Stage: stage, Detail: fmt.Sprintf("%s: %s (SQLSTATE %s)", op, pe.Message, pe.Code), Err: err}
 	switch pe.Code {
@@ -79,9 +79,9 @@ func pgError(stage Stage, op string, err error) *Error {
 	case "55006":
 		e.Fix = "another client is streaming from this slot; stop it, or give Herald its own slot name (changefeed.slot)"
 	case "55000":
-		e.Fix = "herald doctor; the object named above is in a state Postgres refuses to use"
+		e.Fix = "the Postgres message above names the object, and the state it is in that Postgres refuses"
 	default:
-		e.Fix = "herald doctor; the Postgres message above names the object to change"
+		e.Fix = "the Postgres message above names what to change"
 	}
 	return e
 }

@@ -60,9 +60,12 @@ type slotState struct {
 }
 
 // preflight checks everything that must hold before streaming, creating the publication and
-// the slot when absent. The publication comes first: pgoutput looks it up with the historic
-// snapshot of each change, so a slot made before its publication fails to decode changes from
-// before the publication existed.
+// the slot when absent. Every check that can refuse runs before anything is created: a
+// publication left behind by a refusal would be published over a table the checks found unfit,
+// and a published table without a replica identity makes the application's UPDATEs fail. The
+// publication is created before the slot: pgoutput looks it up with the historic snapshot of
+// each change, so a slot made before its publication fails to decode changes from before the
+// publication existed.
 func preflight(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log func(string, ...any)) (slotState, error) {
 	rows, err := query(ctx, conn, `SELECT current_setting('server_version_num'), current_setting('wal_level'),
 		current_setting('max_replication_slots'), current_setting('max_wal_senders'),
@@ -98,39 +101,56 @@ func preflight(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log func(s
 			Fix:    fmt.Sprintf("ALTER ROLE %s REPLICATION;", quoteIdent(user))}
 	}
 
-	tables, err := checkPublication(ctx, conn, cfg, log)
+	create, tables, err := checkPublication(ctx, conn, cfg)
 	if err != nil {
 		return slotState{}, err
 	}
-	if err := checkIdentity(ctx, conn, cfg, tables); err != nil {
+	if err := checkIdentity(cfg, tables); err != nil {
 		return slotState{}, err
 	}
-
 	slot, err := readSlot(ctx, conn, cfg.Slot)
 	if err != nil {
 		return slotState{}, err
 	}
-	if !slot.exists {
-		if usedSlots >= maxSlots {
-			return slotState{}, &Error{Stage: StageSlot,
-				Detail: fmt.Sprintf("all %d replication slots (max_replication_slots) are in use", maxSlots),
-				Fix:    "raise max_replication_slots and restart Postgres, or drop an unused slot: SELECT slot_name, active FROM pg_replication_slots; SELECT pg_drop_replication_slot('<name>');"}
+	switch {
+	case slot.exists:
+		if err := checkSlot(slot, cfg, database); err != nil {
+			return slotState{}, err
 		}
-		// NOEXPORT_SNAPSHOT: nothing here copies a snapshot. TWO_PHASE is never asked for: it
-		// would decode prepared transactions before they commit, and a client must never see
-		// data that may yet roll back.
-		res, err := pglogrepl.CreateReplicationSlot(ctx, conn, quoteIdent(cfg.Slot), "pgoutput",
-			pglogrepl.CreateReplicationSlotOptions{Temporary: cfg.TemporarySlot, SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
-		if err != nil {
-			return slotState{}, pgError(StageSlot, "create replication slot "+cfg.Slot, err)
+	case usedSlots >= maxSlots:
+		return slotState{}, &Error{Stage: StageSlot,
+			Detail: fmt.Sprintf("all %d replication slots (max_replication_slots) are in use", maxSlots),
+			Fix:    "raise max_replication_slots and restart Postgres, or drop an unused slot: SELECT slot_name, active FROM pg_replication_slots; SELECT pg_drop_replication_slot('<name>');"}
+	}
+
+	// Nothing below refuses: from here on, preflight only creates what is absent.
+	if create {
+		quoted := make([]string, len(cfg.Tables))
+		for i, t := range cfg.Tables {
+			quoted[i] = quoteTable(t)
 		}
-		log("created replication slot", "consistent_point", res.ConsistentPoint, "temporary", cfg.TemporarySlot)
-		slot = slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: database, temporary: cfg.TemporarySlot}
-		// A new slot starts at its consistent point: the position the stream resumes after.
-		slot.confirmed, _ = change.ParseLSN(res.ConsistentPoint)
+		sql := "CREATE PUBLICATION " + quoteIdent(cfg.Publication) + " FOR TABLE " + strings.Join(quoted, ", ")
+		if _, err := query(ctx, conn, sql); err != nil {
+			return slotState{}, pgError(StagePublication, "create publication "+cfg.Publication, err)
+		}
+		log("created publication", "publication", cfg.Publication, "tables", cfg.Tables)
+	}
+	if slot.exists {
 		return slot, nil
 	}
-	return slot, checkSlot(slot, cfg, database)
+	// NOEXPORT_SNAPSHOT: nothing here copies a snapshot. TWO_PHASE is never asked for: it would
+	// decode prepared transactions before they commit, and a client must never see data that
+	// may yet roll back.
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, quoteIdent(cfg.Slot), "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Temporary: cfg.TemporarySlot, SnapshotAction: "NOEXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		return slotState{}, pgError(StageSlot, "create replication slot "+cfg.Slot, err)
+	}
+	log("created replication slot", "consistent_point", res.ConsistentPoint, "temporary", cfg.TemporarySlot)
+	slot = slotState{exists: true, plugin: "pgoutput", slotType: "logical", database: database, temporary: cfg.TemporarySlot}
+	// A new slot starts at its consistent point: the position the stream resumes after.
+	slot.confirmed, _ = change.ParseLSN(res.ConsistentPoint)
+	return slot, nil
 }
 
 func readSlot(ctx context.Context, conn *pgconn.PgConn, name string) (slotState, error) {
@@ -180,70 +200,99 @@ func checkSlot(s slotState, cfg *Config, database string) error {
 	return nil
 }
 
-// pubTable is a table the publication covers, as the catalog names it.
+// pubTable is a table that streams, as the catalog names it, with what decides its replica
+// identity.
 type pubTable struct {
-	name     string // schema.table
-	identity byte   // relreplident
-	hasPK    bool
+	name          string // schema.table
+	identity      byte   // relreplident
+	hasPK         bool
+	hasIdentIndex bool // an index is marked as its replica identity
 }
 
-// checkPublication creates the publication when absent, and checks that it covers every
-// configured table and publishes every kind of change. It returns the tables that will stream.
-func checkPublication(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log func(string, ...any)) ([]pubTable, error) {
+// identityColumns are the pubTable columns after the name, for a query over pg_class c.
+const identityColumns = `c.relreplident,
+	EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+	EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident)`
+
+func scanPubTable(r [][]byte) pubTable {
+	t := pubTable{name: string(r[0]), hasPK: string(r[2]) == "t", hasIdentIndex: string(r[3]) == "t"}
+	if len(r[1]) > 0 {
+		t.identity = r[1][0]
+	}
+	return t
+}
+
+// checkPublication checks that the publication, when it exists, covers every configured table
+// and publishes every kind of change, and otherwise that it can be created. It only reads:
+// create says the caller is to create it, once every other check has passed too. It returns
+// the tables that will stream.
+func checkPublication(ctx context.Context, conn *pgconn.PgConn, cfg *Config) (create bool, tables []pubTable, err error) {
 	pub := quoteLiteral(cfg.Publication)
 	rows, err := query(ctx, conn, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = `+pub)
 	if err != nil {
-		return nil, pgError(StagePublication, "read publication "+cfg.Publication, err)
+		return false, nil, pgError(StagePublication, "read publication "+cfg.Publication, err)
 	}
 	for _, t := range cfg.Tables {
 		if err := tableExists(ctx, conn, t); err != nil {
-			return nil, err
+			return false, nil, err
 		}
 	}
 	if len(rows) == 0 {
 		if len(cfg.Tables) == 0 {
-			return nil, &Error{Stage: StagePublication, Permanent: true,
+			return false, nil, &Error{Stage: StagePublication, Permanent: true,
 				Detail: fmt.Sprintf("publication %q does not exist and no tables are configured to create it for", cfg.Publication),
 				Fix:    "name the tables to stream (changefeed.tables, or --table for herald tail), or CREATE PUBLICATION " + quoteIdent(cfg.Publication) + " FOR TABLE <schema.table>, ...;"}
 		}
-		quoted := make([]string, len(cfg.Tables))
+		regclasses := make([]string, len(cfg.Tables))
 		for i, t := range cfg.Tables {
-			quoted[i] = quoteTable(t)
+			regclasses[i] = "to_regclass(" + quoteLiteral(quoteTable(t)) + ")"
 		}
-		sql := "CREATE PUBLICATION " + quoteIdent(cfg.Publication) + " FOR TABLE " + strings.Join(quoted, ", ")
-		if _, err := query(ctx, conn, sql); err != nil {
-			return nil, pgError(StagePublication, "create publication "+cfg.Publication, err)
+		rows, err := query(ctx, conn, `SELECT n.nspname || '.' || c.relname, `+identityColumns+`
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.oid IN (`+strings.Join(regclasses, ", ")+`)`)
+		if err != nil {
+			return false, nil, pgError(StagePublication, "read the replica identity of the tables to publish", err)
 		}
-		log("created publication", "publication", cfg.Publication, "tables", cfg.Tables)
-	} else {
-		r := rows[0]
-		var missing []string
-		for i, op := range []string{"insert", "update", "delete", "truncate"} {
-			if string(r[i]) != "t" {
-				missing = append(missing, op)
+		byName := map[string]pubTable{}
+		for _, r := range rows {
+			t := scanPubTable(r)
+			byName[t.name] = t
+		}
+		for _, name := range cfg.Tables {
+			t, ok := byName[name]
+			if !ok { // dropped since tableExists looked
+				return false, nil, &Error{Stage: StagePublication, Permanent: true,
+					Detail: fmt.Sprintf("table %s does not exist", name),
+					Fix:    "create it, or correct its name in changefeed.tables (schema.table, case-sensitive)"}
 			}
+			tables = append(tables, t)
 		}
-		if len(missing) > 0 {
-			return nil, &Error{Stage: StagePublication, Permanent: true,
-				Detail: fmt.Sprintf("publication %q does not publish %s, so those changes would never reach a client", cfg.Publication, strings.Join(missing, ", ")),
-				Fix:    "ALTER PUBLICATION " + quoteIdent(cfg.Publication) + " SET (publish = 'insert, update, delete, truncate');"}
+		return true, tables, nil
+	}
+
+	r := rows[0]
+	var missingOps []string
+	for i, op := range []string{"insert", "update", "delete", "truncate"} {
+		if string(r[i]) != "t" {
+			missingOps = append(missingOps, op)
 		}
 	}
-	rows, err = query(ctx, conn, `SELECT n.nspname || '.' || c.relname, c.relreplident,
-		EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+	if len(missingOps) > 0 {
+		return false, nil, &Error{Stage: StagePublication, Permanent: true,
+			Detail: fmt.Sprintf("publication %q does not publish %s, so those changes would never reach a client", cfg.Publication, strings.Join(missingOps, ", ")),
+			Fix:    "ALTER PUBLICATION " + quoteIdent(cfg.Publication) + " SET (publish = 'insert, update, delete, truncate');"}
+	}
+	rows, err = query(ctx, conn, `SELECT n.nspname || '.' || c.relname, `+identityColumns+`
 		FROM pg_publication_tables p
 		JOIN pg_namespace n ON n.nspname = p.schemaname
 		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename
 		WHERE p.pubname = `+pub)
 	if err != nil {
-		return nil, pgError(StagePublication, "read the tables of publication "+cfg.Publication, err)
+		return false, nil, pgError(StagePublication, "read the tables of publication "+cfg.Publication, err)
 	}
 	covered := map[string]pubTable{}
 	for _, r := range rows {
-		t := pubTable{name: string(r[0]), hasPK: string(r[2]) == "t"}
-		if len(r[1]) > 0 {
-			t.identity = r[1][0]
-		}
+		t := scanPubTable(r)
 		covered[t.name] = t
 	}
 	var missing []string
@@ -257,22 +306,21 @@ func checkPublication(ctx context.Context, conn *pgconn.PgConn, cfg *Config, log
 		for i, t := range missing {
 			quoted[i] = quoteTable(t)
 		}
-		return nil, &Error{Stage: StagePublication, Permanent: true,
+		return false, nil, &Error{Stage: StagePublication, Permanent: true,
 			Detail: fmt.Sprintf("publication %q does not cover %s", cfg.Publication, strings.Join(missing, ", ")),
 			Fix:    "ALTER PUBLICATION " + quoteIdent(cfg.Publication) + " ADD TABLE " + strings.Join(quoted, ", ") + ";"}
 	}
-	var out []pubTable
 	if len(cfg.Tables) == 0 {
 		for _, t := range covered {
-			out = append(out, t)
+			tables = append(tables, t)
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+		sort.Slice(tables, func(i, j int) bool { return tables[i].name < tables[j].name })
 	} else {
 		for _, t := range cfg.Tables {
-			out = append(out, covered[t])
+			tables = append(tables, covered[t])
 		}
 	}
-	return out, nil
+	return false, tables, nil
 }
 
 func tableExists(ctx context.Context, conn *pgconn.PgConn, t string) error {
@@ -291,7 +339,7 @@ func tableExists(ctx context.Context, conn *pgconn.PgConn, t string) error {
 // checkIdentity refuses tables whose replica identity cannot serve: one configured as needing
 // full old images that is not FULL, and one with no identity at all, on which Postgres makes
 // the application's own UPDATE and DELETE fail once the table is published.
-func checkIdentity(_ context.Context, _ *pgconn.PgConn, cfg *Config, tables []pubTable) error {
+func checkIdentity(cfg *Config, tables []pubTable) error {
 	full := map[string]bool{}
 	for _, t := range cfg.FullIdentityTables {
 		full[t] = true
@@ -303,9 +351,19 @@ func checkIdentity(_ context.Context, _ *pgconn.PgConn, cfg *Config, tables []pu
 				Detail: fmt.Sprintf("table %s must be REPLICA IDENTITY FULL: its old row is needed whole on UPDATE and DELETE, and Postgres only logs the key", t.name),
 				Fix:    alter}
 		}
-		if t.identity == 'n' || t.identity == 'd' && !t.hasPK {
+		var why string
+		switch {
+		case t.identity == 'n':
+			why = "REPLICA IDENTITY NOTHING"
+		case t.identity == 'd' && !t.hasPK:
+			why = "no primary key"
+		case t.identity == 'i' && !t.hasIdentIndex:
+			// Postgres keeps relreplident 'i' when the index is dropped, and acts as NOTHING.
+			why = "its replica identity index was dropped"
+		}
+		if why != "" {
 			return &Error{Stage: StagePreflight, Permanent: true,
-				Detail: fmt.Sprintf("table %s has no replica identity (no primary key), so once published its UPDATEs and DELETEs fail in the application", t.name),
+				Detail: fmt.Sprintf("table %s has no replica identity (%s), so once published its UPDATEs and DELETEs fail in the application", t.name, why),
 				Fix:    "add a primary key to " + t.name + ", or " + alter}
 		}
 	}

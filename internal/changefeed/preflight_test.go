@@ -154,3 +154,52 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRefusedPreflightLeavesNothingBehind: every check that can refuse runs before Herald
+// creates anything. A publication left behind by a refusal is not harmless: once a table
+// without a replica identity is published, the application's own UPDATEs and DELETEs on it fail.
+func TestRefusedPreflightLeavesNothingBehind(t *testing.T) {
+	const nopk = `CREATE TABLE nopk (id int, v text)`
+	tests := []struct {
+		name   string
+		setup  []string
+		tables []string
+		full   []string
+		detail string
+	}{
+		{"a table has no replica identity", []string{itemsTable, nopk, `INSERT INTO nopk VALUES (1, 'a')`}, []string{"items", "nopk"}, nil, "public.nopk has no replica identity"},
+		{"a replica identity index was dropped", []string{itemsTable, `CREATE TABLE idx (id int NOT NULL, v text)`, `CREATE UNIQUE INDEX idx_id ON idx (id)`,
+			`ALTER TABLE idx REPLICA IDENTITY USING INDEX idx_id`, `DROP INDEX idx_id`}, []string{"items", "idx"}, nil, "public.idx has no replica identity"},
+		{"a table must be full", []string{itemsTable}, []string{"items"}, []string{"items"}, "must be REPLICA IDENTITY FULL"},
+		{"a full table is not streamed", []string{itemsTable, `CREATE TABLE other (id int PRIMARY KEY)`, `ALTER TABLE other REPLICA IDENTITY FULL`}, []string{"items"}, []string{"other"}, "is not streamed"},
+		{"the slot has another plugin", []string{itemsTable, `SELECT pg_create_logical_replication_slot(current_database(), 'test_decoding')`}, []string{"items"}, nil, "not a logical pgoutput slot"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			url := db(t, tt.setup...)
+			cfg := testConfig(url, tt.tables...)
+			cfg.FullIdentityTables = tt.full
+			fe := runOnce(t, cfg)
+			if !fe.Permanent || !strings.Contains(fe.Detail, tt.detail) {
+				t.Fatalf("got %v, want a permanent refusal saying %q", fe, tt.detail)
+			}
+			var pubs, slots int
+			c := connect(t, url)
+			if err := c.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_publication),
+				(SELECT count(*) FROM pg_replication_slots WHERE database = current_database() AND plugin = 'pgoutput')`).Scan(&pubs, &slots); err != nil {
+				t.Fatal(err)
+			}
+			if pubs != 0 || slots != 0 {
+				t.Errorf("after the refusal: %d publications and %d pgoutput slots, want none", pubs, slots)
+			}
+			if _, err := c.Exec(context.Background(), `UPDATE items SET n = 1`); err != nil {
+				t.Errorf("the application's UPDATE fails after the refusal: %v", err)
+			}
+			if tt.name == "a table has no replica identity" {
+				if _, err := c.Exec(context.Background(), `UPDATE nopk SET v = 'b'`); err != nil {
+					t.Errorf("the application's UPDATE fails after the refusal: %v", err)
+				}
+			}
+		})
+	}
+}

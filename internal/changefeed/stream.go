@@ -37,6 +37,9 @@ func (f *Feed) session(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if e := refusedAuth(err, f.cfg.DatabaseURL); e != nil {
+			return e
+		}
 		e := pgError(StageConnect, "connect for replication", err)
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42501" {
@@ -114,6 +117,7 @@ func (f *Feed) session(ctx context.Context) error {
 		sinkErr: make(chan error, 1),
 	}
 	p.asm.skipThrough = f.resumeCommit
+	p.asm.text = messageText(conn.ParameterStatus("server_encoding"))
 	p.accepted.Store(uint64(start))
 	p.confirmed = start
 	return p.run(ctx)

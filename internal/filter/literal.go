@@ -66,22 +66,24 @@ func compileLiteral(tok json.Token, c column, o op, path string) (literal, *Erro
 		case json.Number:
 			d, ok := parseDecimal([]byte(v))
 			if !ok { // the decoder has checked the syntax; this is belt and braces
-				return mismatch("write a JSON number, like 5")
+				return mismatch(numberFix(c.oid))
 			}
 			lit.v.num = d
 		case string:
 			d, ok := parseNumberText([]byte(v))
 			switch {
 			case !ok:
-				return mismatch("write a JSON number, like 5")
+				return mismatch(numberFix(c.oid))
+			case d.class != numFinite && !specialNumbers(c.oid):
+				// NaN and the infinities are no JSON number, and an integer column never holds
+				// them: there is nothing to suggest writing instead.
+				return mismatch("an " + oidName(c.oid) + " is never " + v + "; " + numberFix(c.oid))
 			case !stringNumbers(c.oid):
 				return mismatch("write the value as a JSON number: " + string(appendDecimal(nil, &d)))
-			case d.class != numFinite && c.oid == pgvalue.Int8OID:
-				return mismatch("an int8 is never " + v + "; write a JSON number, like 5")
 			}
 			lit.v.num = d
 		default:
-			return mismatch("write a JSON number, like 5")
+			return mismatch(numberFix(c.oid))
 		}
 	case Text, Char, Other:
 		v, ok := tok.(string)
@@ -152,14 +154,32 @@ func stringNumbers(oid uint32) bool {
 	return false
 }
 
+// specialNumbers reports whether a Number column of type oid can hold NaN, Infinity and
+// -Infinity: numeric and the floats can, the integer types cannot.
+func specialNumbers(oid uint32) bool {
+	switch oid {
+	case pgvalue.NumericOID, pgvalue.Float4OID, pgvalue.Float8OID:
+		return true
+	}
+	return false
+}
+
+// numberFix says what a Number column of type oid accepts.
+func numberFix(oid uint32) string {
+	if specialNumbers(oid) {
+		return `write a JSON number, like 5, or one of the strings "NaN", "Infinity" and "-Infinity"`
+	}
+	return "write a JSON number, like 5"
+}
+
 func calendarFix(t Type) string {
 	switch t {
 	case Date:
-		return `write a date as a string, like "2024-01-06" (years 0001 to 9999), or "infinity"`
+		return `write a date as a string, like "2024-01-06" (years 0001 to 9999), or "infinity" or "-infinity"`
 	case LocalTimestamp:
-		return `write an RFC 3339 date and time without an offset, like "2024-01-06T08:30:00" or "2024-01-06T08:30:00.123" (years 0001 to 9999): the column holds wall-clock times`
+		return `write an RFC 3339 date and time without an offset, like "2024-01-06T08:30:00" or "2024-01-06T08:30:00.123" (years 0001 to 9999), or "infinity" or "-infinity": the column holds wall-clock times`
 	}
-	return `write an RFC 3339 time with an offset, like "2024-01-06T08:30:00Z" or "2024-01-06T10:30:00+02:00", in years 0001 to 9999 once in UTC`
+	return `write an RFC 3339 time with an offset, like "2024-01-06T08:30:00Z" or "2024-01-06T10:30:00+02:00", in years 0001 to 9999 once in UTC, or "infinity" or "-infinity"`
 }
 
 // describe names a client's JSON token for a message.

@@ -230,7 +230,7 @@ func (p *parser) operands(o op, opPath string, depth int) (*node, *Error) {
 	if !c.typ.allows(o) {
 		fix := "use " + c.typ.allowedOps()
 		if c.typ == Unsupported {
-			fix = "a " + oidName(c.oid) + " column takes only is_null and not_null; filter on another column"
+			fix = "column " + c.describe() + " takes only is_null and not_null; filter on another column"
 		} else if o == opLike {
 			fix = "like works on text columns only; " + fix
 		}

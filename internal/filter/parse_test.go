@@ -218,6 +218,15 @@ func TestErrorMessages(t *testing.T) {
 		{`{"eq":["qty",[1,2]]}`, `use {"in":["qty",[...]]}`},
 		{`{"EQ":["qty",1]}`, `(fix: operators are lowercase: eq)`},
 		{`{"eq":["qty",null]}`, `{"is_null":"qty"}`},
+		// NaN and the infinities are no JSON number, and an integer column never holds them.
+		{`{"eq":["qty","NaN"]}`, `(fix: an int4 is never NaN; write a JSON number, like 5)`},
+		{`{"in":["small",["-Infinity"]]}`, `(fix: an int2 is never -Infinity; write a JSON number, like 5)`},
+		{`{"eq":["id","Infinity"]}`, `(fix: an int8 is never Infinity; write a JSON number, like 5)`},
+		{`{"eq":["price","nan"]}`, `(fix: write a JSON number, like 5, or one of the strings "NaN", "Infinity" and "-Infinity")`},
+		{`{"eq":["qty","nan"]}`, `(fix: write a JSON number, like 5)`},
+		{`{"eq":["tags","x"]}`, `(fix: column tags (an array type) takes only is_null and not_null; filter on another column)`},
+		{`{"eq":["at","Infinity"]}`, `or "infinity" or "-infinity")`},
+		{`{"eq":["local","x"]}`, `or "infinity" or "-infinity": the column holds wall-clock times)`},
 	} {
 		_, err := Parse(json.RawMessage(tc.in), testCols)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -174,13 +174,13 @@ func (s *Server) notReady() error {
 	}
 	if s.feed != nil {
 		st := s.feed.Stats()
+		// Only a live stream lets a table subscription start: until then the router has no
+		// position to start it after. A leader still in preflight is not ready either.
 		switch {
 		case st.Streaming:
 		case st.Failure != "":
 			return fmt.Errorf("the replication stream is down: %s", st.Failure)
 		case st.Leader:
-			// Leading the slot is not streaming yet: until the stream is live, no table
-			// subscription can start.
 			return fmt.Errorf("the replication stream is starting")
 		default:
 			return fmt.Errorf("the replication stream is starting, or another node leads the slot")
@@ -256,7 +256,8 @@ func (s *Server) Sessions() int {
 }
 
 // Run serves until ctx ends, then shuts down in order. It returns once every goroutine it
-// started has ended.
+// started has ended. A changefeed that stops on a permanent error shuts the node down too, and
+// Run returns that error.
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := listen(s.cfg.Listen, s.cfg.ListenBacklog)
 	if err != nil {
@@ -286,16 +287,22 @@ func (s *Server) Run(ctx context.Context) error {
 	// confirms what was handed on.
 	feedCtx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()
+	// The feed's Run returns before a stop only on an error retrying cannot fix (a lost slot, a
+	// refused password request, a table without a replica identity): the node stops with it,
+	// rather than serving on with its tables dead until someone reads /readyz.
 	feedDone := make(chan error, 1)
+	var feedStopped <-chan error // nil, never ready, without a changefeed
 	if s.feed != nil {
 		go func() { feedDone <- s.feed.Run(feedCtx) }()
+		feedStopped = feedDone
 	} else {
 		feedDone <- nil
 	}
+	feedEnded := false
 	defer func() {
 		stopFeed()
-		if err := <-feedDone; err != nil {
-			s.log.Error("changefeed", "error", err)
+		if !feedEnded {
+			<-feedDone
 		}
 		if s.schema != nil {
 			s.schema.Close()
@@ -342,6 +349,15 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = srv.Close()
 		<-served
 		return fmt.Errorf("serve health and metrics: %w", err)
+	case err := <-feedStopped:
+		feedEnded = true
+		if err == nil {
+			err = errors.New("the changefeed stopped")
+		}
+		if serr := s.shutdown(srv, served, stopBase); serr != nil {
+			s.log.Warn("shutdown after the changefeed stopped", "error", serr)
+		}
+		return err
 	case <-ctx.Done():
 	}
 	return s.shutdown(srv, served, stopBase)

@@ -58,6 +58,13 @@ func RedisURL(t testing.TB) string {
 // parallel without seeing each other's tables, publications or slots.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	return NewDatabaseWith(t, "")
+}
+
+// NewDatabaseWith is NewDatabase with options for CREATE DATABASE, e.g. "ENCODING 'LATIN1'
+// LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0". options is SQL written by the test.
+func NewDatabaseWith(t testing.TB, options string) string {
+	t.Helper()
 	base := PostgresURL(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -70,7 +77,7 @@ func NewDatabase(t testing.TB) string {
 		t.Fatalf("testenv: connect to %s: %v", DatabaseURLEnv, err)
 	}
 	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+	if _, err := admin.Exec(ctx, strings.TrimSpace("CREATE DATABASE "+name+" "+options)); err != nil {
 		t.Fatalf("testenv: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() { dropDatabase(t, base, name) })
