@@ -178,3 +178,44 @@ func FuzzDataFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRawValuesStayOneLine: whatever valid JSON a row value or a message's data holds, white
+// space and line breaks between its tokens included, the frame that carries it is one line of
+// valid JSON that carries the same value.
+func FuzzRawValuesStayOneLine(f *testing.F) {
+	for _, s := range []string{`1`, "1\r\n", "\"x y\"\n", "\r\n{\"a\":\r\n[1,\t2]}\r\n", "[\"\\n\", \"\u2028\"]", " null "} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if !utf8.Valid(v) || !json.Valid(v) {
+			return // change.Row and Decode promise valid JSON; AppendFrame refuses anything else
+		}
+		var want bytes.Buffer
+		_ = json.Compact(&want, v)
+		c := &Change{LSN: 1, Idx: 1, Op: OpInsert, Table: "a.b", Row: change.Row{{Name: "v", Value: v}}}
+		m := &Message{Pos: ChannelPosition("e", 1), Channel: "c", Data: v}
+		frames := [][]byte{AppendChangeBody(AppendDataHead(nil, FrameChange, "s"), c)}
+		if want.String() != "null" { // a message's data is never null
+			frames = append(frames, AppendMessageBody(AppendDataHead(nil, FrameMessage, "s"), m))
+		}
+		for _, b := range frames {
+			if !json.Valid(b) || bytes.ContainsAny(b, "\r\n") {
+				t.Fatalf("frame is not one line of valid JSON: %q", b)
+			}
+			fr, err := DecodeServer(b, 0)
+			if err != nil {
+				t.Fatalf("DecodeServer(%s): %v", b, err)
+			}
+			var got []byte
+			switch fr := fr.(type) {
+			case *Change:
+				got = fr.Row[0].Value
+			case *Message:
+				got = fr.Data
+			}
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("value %q arrived as %s, want %s", v, got, want.Bytes())
+			}
+		}
+	})
+}
