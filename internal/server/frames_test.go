@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -117,4 +118,92 @@ func sseLines(data []byte, atEOF bool) (int, []byte, error) {
 		return len(data), data, nil
 	}
 	return 0, nil, nil
+}
+
+// TestPublishAPIIsAsStrictAsAFrame: POST /v1/publish reads its body with a publish frame's
+// rules. A body two JSON readers could read two ways (a gateway that authorizes on the first
+// "channel", Herald publishing to the last) is refused, and nothing is published.
+func TestPublishAPIIsAsStrictAsAFrame(t *testing.T) {
+	r := start(t, baseConfig())
+	c, _ := connect(t, r)
+	for _, ch := range []string{"allowed", "secret"} {
+		c.send(`{"type":"subscribe","id":"` + ch + `","sub":"` + ch + `","channel":"` + ch + `"}`)
+		c.expect("subscribed")
+	}
+	tests := []struct {
+		name, body string
+		field, id  string
+	}{
+		{"duplicate channel", `{"channel":"allowed","channel":"secret","data":1}`, "channel", ""},
+		{"duplicate data", `{"id":"p","channel":"allowed","data":1,"data":2}`, "data", "p"},
+		{"keys are case-sensitive", `{"CHANNEL":"secret","Data":1}`, "channel", ""},
+		{"id with a space", `{"id":"a b","channel":"allowed","data":1}`, "id", ""},
+		{"invalid UTF-8 in data", "{\"channel\":\"allowed\",\"data\":\"\xff\"}", "", ""},
+		{"nested too deep", `{"channel":"allowed","data":` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}`, "", ""},
+		{"type of another frame", `{"type":"subscribe","channel":"allowed","data":1}`, "type", ""},
+		{"data null", `{"channel":"allowed","data":null}`, "data", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, m := postJSON(t, r.url+"/v1/publish", testAPIKey, tt.body)
+			field, _ := m["field"].(string)
+			id, _ := m["id"].(string)
+			if code != 400 || m["code"] != "bad_frame" || field != tt.field || id != tt.id {
+				t.Errorf("got %d %v, want 400 bad_frame with field %q and id %q", code, m, tt.field, tt.id)
+			}
+		})
+	}
+	code, m := postJSON(t, r.url+"/v1/publish", testAPIKey, `{"id":"ok-1","channel":"allowed","data":{"n": 1}}`)
+	if code != 200 || m["type"] != "published" || m["id"] != "ok-1" {
+		t.Fatalf("a valid publish: %d %v", code, m)
+	}
+	// The refused bodies published nothing: the valid one is the first message.
+	if msg := c.expect("message"); msg["sub"] != "allowed" || fmt.Sprint(msg["data"]) != "map[n:1]" {
+		t.Errorf("first message %v, want the valid publication", msg)
+	}
+}
+
+// TestMaxPublishBytesBindsEveryPublisher: limits.max_publish_bytes bounds a publication's data
+// whichever way it comes: the HTTP API, a WebSocket frame or an SSE command.
+func TestMaxPublishBytesBindsEveryPublisher(t *testing.T) {
+	cfg := baseConfig()
+	cfg.MaxPublishBytes = 64
+	cfg.Session.ClientPublish = true
+	r := start(t, cfg)
+	fits := `"` + strings.Repeat("a", 62) + `"`   // 64 bytes
+	tooBig := `"` + strings.Repeat("a", 63) + `"` // 65 bytes
+
+	t.Run("HTTP", func(t *testing.T) {
+		if code, m := postJSON(t, r.url+"/v1/publish", testAPIKey, `{"channel":"x","data":`+tooBig+`}`); code != 413 || m["code"] != "frame_too_large" || m["field"] != "data" {
+			t.Errorf("over the limit: %d %v, want 413 frame_too_large on data", code, m)
+		}
+		if code, m := postJSON(t, r.url+"/v1/publish", testAPIKey, `{"channel":"x","data":`+fits+`}`); code != 200 {
+			t.Errorf("at the limit: %d %v, want 200", code, m)
+		}
+	})
+	t.Run("WebSocket", func(t *testing.T) {
+		c, _ := connect(t, r)
+		c.send(`{"type":"publish","id":"p1","channel":"x","data":` + tooBig + `}`)
+		if m := c.expectError("frame_too_large", "p1"); m["field"] != "data" {
+			t.Errorf("error %v, want field data", m)
+		}
+		c.send(`{"type":"publish","id":"p2","channel":"x","data":` + fits + `}`)
+		if m := c.expect("published"); m["id"] != "p2" {
+			t.Errorf("published %v, want id p2", m)
+		}
+	})
+	t.Run("SSE", func(t *testing.T) {
+		s, resp := openSSE(t, r.url+"/v1/sse", bearerHeader(t, "user-1"))
+		if s == nil {
+			t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
+		}
+		session, _ := s.next("welcome").frame["session"].(string)
+		tok := token(t, "user-1", time.Now().Add(time.Hour))
+		if code, m := postJSON(t, r.url+"/v1/sse/"+session, tok, `{"type":"publish","id":"p1","channel":"x","data":`+tooBig+`}`); code != 202 {
+			t.Fatalf("command: %d %v, want 202", code, m)
+		}
+		if ev := s.next("error"); ev.frame["code"] != "frame_too_large" || ev.frame["id"] != "p1" || ev.frame["field"] != "data" {
+			t.Errorf("error %v, want frame_too_large for p1 on data", ev.frame)
+		}
+	})
 }

@@ -219,3 +219,49 @@ func FuzzRawValuesStayOneLine(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodePublishRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"channel":"rooms/1","data":{"text":"hi"}}`,
+		`{"type":"publish","id":"p1","channel":"c","event":"e","data":[1,` + "\r\n" + `2]}`,
+		`{"channel":"a","channel":"b","data":1}`, `{"CHANNEL":"c","Data":1}`, `{"id":"a b","channel":"c","data":1}`,
+		"{\"channel\":\"c\",\"data\":\"\xff\"}", `{"channel":"c","data":null}`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, err := DecodePublishRequest(in)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeBadFrame || e.Message == "" || !utf8.ValidString(e.Message) {
+				t.Fatalf("error %T %v: want a bad_frame *Error with a message", err, err)
+			}
+			if e.ID != "" && !validToken(e.ID) {
+				t.Fatalf("error echoes an id outside the grammar: %q", e.ID)
+			}
+			return
+		}
+		if !json.Valid(in) || !utf8.Valid(in) {
+			t.Fatalf("accepted input that is not valid JSON in UTF-8: %q", in)
+		}
+		if p.Channel == "" || (p.ID != "" && !validToken(p.ID)) || string(p.Data) == "null" || bytes.ContainsAny(p.Data, "\r\n") {
+			t.Fatalf("accepted %q as %+v", in, p)
+		}
+		// The same publication sent as a frame reads the same.
+		sent := *p
+		if sent.ID == "" {
+			sent.ID = "x"
+		}
+		enc, err := AppendFrame(nil, &sent)
+		if err != nil {
+			t.Fatalf("encoding %+v: %v", sent, err)
+		}
+		back, err := Decode(enc, 1<<20)
+		if err != nil {
+			t.Fatalf("decoding %s: %v", enc, err)
+		}
+		if diff := cmp.Diff(Frame(&sent), back); diff != "" {
+			t.Fatalf("%s (-request +frame):\n%s", enc, diff)
+		}
+	})
+}
