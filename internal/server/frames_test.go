@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/testenv"
 )
@@ -19,58 +21,25 @@ import (
 // one data line that parses, with the value intact.
 func TestJSONColumnWithLineBreaksIsOneSSELine(t *testing.T) {
 	r, url := startWithDB(t, `CREATE TABLE items (id int PRIMARY KEY, doc json)`)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/v1/sse?sub=feed&table=public.items", nil)
-	req.Header = bearerHeader(t, "user-1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
-	}
-	lines := make(chan string, 64)
-	go func() {
-		defer close(lines)
-		// Split on LF, CR and CRLF alike, as an EventSource does.
-		sc := bufio.NewScanner(resp.Body)
-		sc.Split(sseLines)
-		for sc.Scan() {
-			lines <- sc.Text()
+	// A node reports ready a moment before its table stream is live, and refuses a table
+	// subscription meanwhile with unavailable: open the stream again until it is.
+	var s *rawSSE
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		s = openRawSSE(t, r.url+"/v1/sse?sub=feed&table=public.items")
+		if m := s.next(); m["type"] != "welcome" {
+			t.Fatalf("got %v, want welcome", m)
 		}
-	}()
-	// next returns the next data line's frame; any line that is not an SSE field fails.
-	next := func() map[string]any {
-		t.Helper()
-		for {
-			select {
-			case line, ok := <-lines:
-				if !ok {
-					t.Fatal("stream ended")
-				}
-				switch {
-				case line == "" || strings.HasPrefix(line, "id: ") || strings.HasPrefix(line, "retry: ") || strings.HasPrefix(line, ":"):
-					continue
-				case !strings.HasPrefix(line, "data: "):
-					t.Fatalf("line %q is not an SSE field: a frame was split across lines", line)
-				}
-				var m map[string]any
-				if err := json.Unmarshal([]byte(line[len("data: "):]), &m); err != nil {
-					t.Fatalf("data line %q is not a whole frame: %v", line, err)
-				}
-				return m
-			case <-time.After(20 * time.Second):
-				t.Fatal("no event within 20s")
-			}
+		m := s.next()
+		if m["type"] == "subscribed" {
+			break
 		}
-	}
-	for _, typ := range []string{"welcome", "subscribed"} {
-		if m := next(); m["type"] != typ {
-			t.Fatalf("got %v, want %s", m, typ)
+		if m["code"] != "unavailable" || time.Now().After(deadline) {
+			t.Fatalf("got %v, want subscribed", m)
 		}
+		s.close()
+		time.Sleep(50 * time.Millisecond)
 	}
+	defer s.close()
 	docs := []struct{ sql, want string }{
 		{`E'{"a":\r\n1,\r\n"b": [1,\n2]}'`, `{"a":1,"b":[1,2]}`},
 		{`E'"x y"\r\n'`, `"x y"`},
@@ -83,7 +52,7 @@ func TestJSONColumnWithLineBreaksIsOneSSELine(t *testing.T) {
 		testenv.Exec(t, url, `INSERT INTO items VALUES (`+string(rune('1'+i))+`, `+d.sql+`)`)
 	}
 	for _, d := range docs {
-		m := next()
+		m := s.next()
 		row, _ := m["row"].(map[string]any)
 		if m["type"] != "change" || row == nil {
 			t.Fatalf("got %v, want a change", m)
@@ -93,6 +62,80 @@ func TestJSONColumnWithLineBreaksIsOneSSELine(t *testing.T) {
 		_ = json.Unmarshal([]byte(d.want), &want)
 		if diff := cmp.Diff(want, row["doc"]); diff != "" {
 			t.Errorf("doc %s arrived as %s (-want +got):\n%s", d.sql, got, diff)
+		}
+	}
+}
+
+// rawSSE reads an SSE stream line by line, as an EventSource splits it, so a frame split across
+// lines is seen as such.
+type rawSSE struct {
+	t      *testing.T
+	lines  chan string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func openRawSSE(t *testing.T, url string) *rawSSE {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header = bearerHeader(t, "user-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		cancel()
+		resp.Body.Close()
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	s := &rawSSE{t: t, lines: make(chan string, 64), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer close(s.lines)
+		defer resp.Body.Close()
+		// Lines end with LF, CR or CRLF alike, as an EventSource reads them.
+		sc := bufio.NewScanner(resp.Body)
+		sc.Split(sseLines)
+		for sc.Scan() {
+			select {
+			case s.lines <- sc.Text():
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return s
+}
+
+func (s *rawSSE) close() {
+	s.cancel()
+	<-s.done
+}
+
+// next returns the next event's frame; a line that is not an SSE field fails the test.
+func (s *rawSSE) next() map[string]any {
+	s.t.Helper()
+	for {
+		select {
+		case line, ok := <-s.lines:
+			if !ok {
+				s.t.Fatal("stream ended")
+			}
+			switch {
+			case line == "" || strings.HasPrefix(line, "id: ") || strings.HasPrefix(line, "retry: ") || strings.HasPrefix(line, ":"):
+				continue
+			case !strings.HasPrefix(line, "data: "):
+				s.t.Fatalf("line %q is not an SSE field: a frame was split across lines", line)
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line[len("data: "):]), &m); err != nil {
+				s.t.Fatalf("data line %q is not a whole frame: %v", line, err)
+			}
+			return m
+		case <-time.After(20 * time.Second):
+			s.t.Fatal("no event within 20s")
 		}
 	}
 }
@@ -205,5 +248,71 @@ func TestMaxPublishBytesBindsEveryPublisher(t *testing.T) {
 		if ev := s.next("error"); ev.frame["code"] != "frame_too_large" || ev.frame["id"] != "p1" || ev.frame["field"] != "data" {
 			t.Errorf("error %v, want frame_too_large for p1 on data", ev.frame)
 		}
+	})
+}
+
+// expectCloseWith reads until the connection closes and checks the close code and that the
+// reason is Herald's: the code's name, ": ", and a message.
+func (c *client) expectCloseWith(code websocket.StatusCode, name string) {
+	c.t.Helper()
+	for {
+		_, err := c.read(10 * time.Second)
+		if err == nil {
+			continue
+		}
+		var ce websocket.CloseError
+		if !errors.As(err, &ce) {
+			c.t.Fatalf("connection ended with %v, want close %d", err, code)
+		}
+		if ce.Code != code || !strings.HasPrefix(ce.Reason, name+": ") || len(ce.Reason) <= len(name)+2 {
+			c.t.Fatalf("closed with %d %q, want %d with a reason %q followed by a message", ce.Code, ce.Reason, code, name+": ")
+		}
+		return
+	}
+}
+
+// TestWebSocketProtocolViolationsClose: what the connection cannot survive is answered with an
+// error frame and a close in Herald's form, over a real WebSocket.
+func TestWebSocketProtocolViolationsClose(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Session.MaxFrameBytes = 1024
+	r := start(t, cfg)
+	big := `{"type":"ping","id":"big","pad":"` + strings.Repeat("a", 2000) + `"}`
+	t.Run("text that is not UTF-8", func(t *testing.T) {
+		c, _ := connect(t, r)
+		c.send("{\"type\":\"ping\",\"id\":\"p\",\"x\":\"\xff\"}")
+		c.expectError("bad_frame", "")
+		c.expectCloseWith(4500, "bad_frame")
+	})
+	t.Run("a message over max_frame_bytes", func(t *testing.T) {
+		c, _ := connect(t, r)
+		c.send(big)
+		c.expectError("frame_too_large", "")
+		c.expectCloseWith(websocket.StatusMessageTooBig, "frame_too_large")
+	})
+	t.Run("a connect over max_frame_bytes", func(t *testing.T) {
+		c := dial(t, r)
+		c.send(big)
+		c.expectError("frame_too_large", "")
+		c.expectCloseWith(websocket.StatusMessageTooBig, "frame_too_large")
+	})
+	t.Run("a message at max_frame_bytes is read", func(t *testing.T) {
+		c, _ := connect(t, r)
+		f := `{"type":"ping","id":"p","pad":"`
+		f += strings.Repeat("a", 1024-len(f)-2) + `"}`
+		c.send(f)
+		c.expect("pong")
+	})
+	t.Run("a first frame other than connect", func(t *testing.T) {
+		c := dial(t, r)
+		c.send(`{"type":"ping","id":"p"}`)
+		c.expectError("bad_frame", "")
+		c.expectCloseWith(4500, "bad_frame")
+	})
+	t.Run("connect timeout", func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.ConnectTimeout = 100 * time.Millisecond
+		c := dial(t, start(t, cfg))
+		c.expectCloseWith(4002, "connect_timeout")
 	})
 }
