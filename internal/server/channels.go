@@ -3,21 +3,26 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
-// channels adapts the node's channel hub to what sessions and the publish API ask of it, and
-// turns the hub's refusals into client-facing errors.
+// channels adapts the node's channel hub to what sessions and the publish API ask of it,
+// enforces the node's limit on a publication's size for both, and turns the hub's refusals into
+// client-facing errors.
 type channels struct {
-	hub *channel.Hub
+	hub        *channel.Hub
+	maxPublish int // the largest data of one publication, compacted, in bytes
 }
 
 var _ session.Channels = (*channels)(nil)
 
-func newChannels() *channels { return &channels{hub: channel.New(channel.Config{})} }
+func newChannels(maxPublish int) *channels {
+	return &channels{hub: channel.New(channel.Config{}), maxPublish: maxPublish}
+}
 
 func (c *channels) Subscribe(s session.Subscriber, sub, pattern, event string) (wire.Position, func(), error) {
 	p, err := channel.ParsePattern(pattern, event)
@@ -34,6 +39,10 @@ type subscriber struct{ s session.Subscriber }
 func (a subscriber) Deliver(sub string, p *channel.Publication) { a.s.Deliver(sub, p.Body, p.PosText) }
 
 func (c *channels) Publish(name, event string, data json.RawMessage) (wire.Position, error) {
+	if len(data) > c.maxPublish {
+		return wire.Position{}, &wire.Error{Code: wire.CodeFrameTooLarge, Field: "data", Message: fmt.Sprintf(
+			"data is %d bytes compacted, more than limits.max_publish_bytes (%d); publish less per message", len(data), c.maxPublish)}
+	}
 	pos, err := c.hub.Publish(name, event, data)
 	if err != nil {
 		return wire.Position{}, clientError(err)

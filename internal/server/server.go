@@ -8,7 +8,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -53,7 +52,8 @@ type Config struct {
 	APIKeys []string
 	// MaxConnections per node. Default 10000.
 	MaxConnections int
-	// MaxPublishBytes bounds the body of an HTTP publish. Default 64 KiB.
+	// MaxPublishBytes bounds the data of one publish, compacted, by a client or the HTTP API.
+	// Default 64 KiB.
 	MaxPublishBytes int
 	// ConnectTimeout and PingInterval: see the websocket transport.
 	ConnectTimeout, PingInterval time.Duration
@@ -131,7 +131,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		verifier: v,
-		channels: newChannels(),
+		channels: newChannels(cfg.MaxPublishBytes),
 		sessions: map[*session.Session]struct{}{},
 		closes:   map[wire.CloseCode]uint64{},
 		ready:    make(chan struct{}),
@@ -451,67 +451,58 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ready\n")
 }
 
-// publish serves POST /v1/publish: {"channel": ..., "event": ..., "data": ...}, guarded by an
-// API key in Authorization: Bearer.
+// publish serves POST /v1/publish: {"id"?, "channel", "event"?, "data"}, guarded by an API key
+// in Authorization: Bearer. The body is decoded as strictly as a client's publish frame.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	if !s.apiKeyOK(r) {
 		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnauthorized,
 			Message: "send an API key from api.keys as Authorization: Bearer <key>"})
 		return
 	}
+	// The body may hold white space and the other fields beside data: 1 KiB more than data's
+	// own limit, which channels.Publish checks once data is compacted.
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.MaxPublishBytes)+1024))
 	if err != nil {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge,
-			Message: fmt.Sprintf("the publish body is longer than limits.max_publish_bytes (%d bytes)", s.cfg.MaxPublishBytes)})
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Field: "data",
+				Message: fmt.Sprintf("the publish body is longer than limits.max_publish_bytes (%d bytes) and 1 KiB for the other fields; publish less per message", s.cfg.MaxPublishBytes)})
+			return
+		}
+		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Err: err,
+			Message: "the request body could not be read; send it again"})
 		return
 	}
-	var req struct {
-		ID      string          `json:"id"`
-		Channel string          `json:"channel"`
-		Event   string          `json:"event"`
-		Data    json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Message: "the body must be a JSON object {\"channel\":..., \"event\":..., \"data\":...}: " + err.Error()})
+	p, err := wire.DecodePublishRequest(body)
+	if err != nil {
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
+		}
+		websocket.WriteHTTPError(w, we)
 		return
 	}
-	if req.Channel == "" || len(req.Data) == 0 || string(req.Data) == "null" {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Message: "channel and data are required; data may be any JSON value but null"})
-		return
-	}
-	if len(req.Data) > s.cfg.MaxPublishBytes {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge,
-			Message: fmt.Sprintf("data is %d bytes, more than limits.max_publish_bytes (%d)", len(req.Data), s.cfg.MaxPublishBytes)})
-		return
-	}
-	pos, err := s.channels.Publish(req.Channel, req.Event, compact(req.Data))
+	pos, err := s.channels.Publish(p.Channel, p.Event, p.Data)
 	if err != nil {
 		var we *wire.Error
 		if !errors.As(err, &we) {
 			we = &wire.Error{Code: wire.CodeBadFrame, Field: "channel", Message: err.Error()}
 		}
+		we.ID = p.ID
 		websocket.WriteHTTPError(w, we)
 		return
 	}
-	id := req.ID
+	id := p.ID
 	if id == "" {
 		id = "publish"
 	}
 	b, err := wire.AppendFrame(nil, &wire.Published{ID: id, Pos: pos})
 	if err != nil {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Field: "id", Message: "id must be 1 to 64 printable ASCII characters without spaces"})
+		websocket.WriteHTTPError(w, &wire.Error{ID: p.ID, Code: wire.CodeInternal, Message: "the answer could not be encoded", Err: err})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
-}
-
-func compact(raw json.RawMessage) json.RawMessage {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return raw
-	}
-	return b.Bytes()
 }
 
 func (s *Server) apiKeyOK(r *http.Request) bool {

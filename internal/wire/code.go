@@ -20,7 +20,8 @@ const (
 	CodeBadFrame Code = "bad_frame"
 	// CodeUnknownType (400): the frame's type is not one this server reads.
 	CodeUnknownType Code = "unknown_type"
-	// CodeFrameTooLarge (413): the frame is longer than welcome.limits.max_frame_bytes.
+	// CodeFrameTooLarge (413): the frame is longer than welcome.limits.max_frame_bytes, or a
+	// publish's data is longer than the server's limits.max_publish_bytes (Field "data").
 	CodeFrameTooLarge Code = "frame_too_large"
 	// CodeUnsupportedVersion (426): the client offered no protocol version the server speaks.
 	CodeUnsupportedVersion Code = "unsupported_version"
@@ -127,7 +128,7 @@ type Error struct {
 	Code    Code
 	Status  int    // HTTP-like; zero means Code.Status()
 	Message string // what failed and how to fix it, for a person; never a secret
-	Field   string // the offending field for bad_frame and bad_position, e.g. "from.offset"
+	Field   string // the offending field for bad_frame, bad_position and frame_too_large, e.g. "from.offset"
 	Sub     string // the subscription an unprompted error concerns, e.g. a policy_error
 	Err     error  // the underlying cause, for logs; not sent
 }

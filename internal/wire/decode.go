@@ -45,12 +45,7 @@ func Decode(b []byte, limit int) (Frame, error) {
 	case FrameUnsubscribe:
 		f = &Unsubscribe{ID: r.id, Sub: r.token("sub", `"sub":"s1"`)}
 	case FramePublish:
-		f = &Publish{
-			ID:      r.id,
-			Channel: r.string("channel", required, `"channel":"rooms/1"`),
-			Event:   r.string("event", optional, `"event":"chat"`),
-			Data:    r.raw("data", required, `"data":{"text":"hi"}`),
-		}
+		f = r.publish()
 	case FramePing:
 		f = &Ping{ID: r.id}
 	case FrameAck:
@@ -60,6 +55,41 @@ func Decode(b []byte, limit int) (Frame, error) {
 		return nil, r.err
 	}
 	return f, nil
+}
+
+// DecodePublishRequest reads the body of an HTTP publish, POST /v1/publish: a publish frame
+// whose "type" may be left out and whose "id" is optional, {"id"?, "channel", "event"?, "data"}.
+// Apart from those two it is exactly as strict as Decode is with a publish frame, so a gateway
+// in front of the API and Herald cannot read one body two ways. The caller bounds the body's
+// size. Every error is an *Error with code bad_frame.
+func DecodePublishRequest(b []byte) (*Publish, error) {
+	var r reader
+	if err := r.parse(b, 0, maxNesting); err != nil {
+		return nil, err
+	}
+	if id := r.string("id", nonEmpty, `"id":"order-42"`); r.err == nil && id != "" {
+		r.id = r.token("id", `"id":"order-42"`)
+	}
+	if t := r.string("type", nonEmpty, `"type":"publish"`); r.err == nil && t != "" && FrameType(t) != FramePublish {
+		r.fail("type", CodeBadFrame, `"type" may be left out or be "publish", not %q`, short(t))
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	f := r.publish()
+	if r.err != nil {
+		return nil, r.err
+	}
+	return f, nil
+}
+
+func (r *reader) publish() *Publish {
+	return &Publish{
+		ID:      r.id,
+		Channel: r.string("channel", required, `"channel":"rooms/1"`),
+		Event:   r.string("event", optional, `"event":"chat"`),
+		Data:    r.raw("data", required, `"data":{"text":"hi"}`),
+	}
 }
 
 // DecodeServer reads one frame the server sent, for a client. limit <= 0 means no limit: the
@@ -156,35 +186,16 @@ type reader struct {
 
 // start checks the frame's size, encoding and syntax and reads its type and id.
 func (r *reader) start(b []byte, limit int, server bool) *Error {
-	if limit > 0 && len(b) > limit {
-		return &Error{Code: CodeFrameTooLarge, Message: fmt.Sprintf(
-			"the frame is %d bytes and the limit is %d (welcome.limits.max_frame_bytes); send a smaller frame", len(b), limit)}
-	}
-	if !utf8.Valid(b) {
-		return &Error{Code: CodeBadFrame, Message: "the frame is not valid UTF-8; send JSON text encoded as UTF-8"}
-	}
 	depth := maxNesting
 	if server {
 		depth = maxServerNesting
 	}
-	ms, ok, err := objectMembers(b, r.buf[:0], depth)
-	if err != nil {
-		return &Error{Code: CodeBadFrame, Err: err, Message: fmt.Sprintf(
-			`the frame is not valid JSON (%v); send one JSON object, like {"type":"ping","id":"1"}`, err)}
+	if err := r.parse(b, limit, depth); err != nil {
+		return err
 	}
-	if !ok {
-		return &Error{Code: CodeBadFrame, Message: fmt.Sprintf(
-			`the frame is %s; send one JSON object, like {"type":"ping","id":"1"}`, jsonKind(trimSpace(b)))}
-	}
-	r.ms = ms
 
 	// Read the id first, leniently, so that every later error can echo it.
-	idRaw, _, idErr := r.find("id")
-	if idErr == nil && len(idRaw) > 0 && idRaw[0] == '"' {
-		if id := unquote(idRaw); server || validToken(id) {
-			r.id = id
-		}
-	}
+	r.id = r.lenientID(server)
 
 	typ := r.string("type", required, `"type":"subscribe"`)
 	if r.err != nil {
@@ -206,6 +217,40 @@ func (r *reader) start(b []byte, limit int, server bool) *Error {
 	}
 	r.token("id", `"id":"1"`)
 	return r.err
+}
+
+// lenientID returns the frame's id when it can be read and, for a client's frame, is in the
+// grammar; otherwise "". Errors are not recorded: the id is read early only to be echoed.
+func (r *reader) lenientID(server bool) string {
+	v, _, err := r.find("id")
+	if err == nil && len(v) > 0 && v[0] == '"' {
+		if id := unquote(v); server || validToken(id) {
+			return id
+		}
+	}
+	return ""
+}
+
+// parse checks a frame's size (limit <= 0: none), encoding and syntax, and reads its members.
+func (r *reader) parse(b []byte, limit, depth int) *Error {
+	if limit > 0 && len(b) > limit {
+		return &Error{Code: CodeFrameTooLarge, Message: fmt.Sprintf(
+			"the frame is %d bytes and the limit is %d (welcome.limits.max_frame_bytes); send a smaller frame", len(b), limit)}
+	}
+	if !utf8.Valid(b) {
+		return &Error{Code: CodeBadFrame, Message: "the frame is not valid UTF-8; send JSON text encoded as UTF-8"}
+	}
+	ms, ok, err := objectMembers(b, r.buf[:0], depth)
+	if err != nil {
+		return &Error{Code: CodeBadFrame, Err: err, Message: fmt.Sprintf(
+			`the frame is not valid JSON (%v); send one JSON object, like {"type":"ping","id":"1"}`, err)}
+	}
+	if !ok {
+		return &Error{Code: CodeBadFrame, Message: fmt.Sprintf(
+			`the frame is %s; send one JSON object, like {"type":"ping","id":"1"}`, jsonKind(trimSpace(b)))}
+	}
+	r.ms = ms
+	return nil
 }
 
 // reservedTypes are frame type names v1 keeps for presence: track and untrack from a client;

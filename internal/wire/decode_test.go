@@ -327,3 +327,101 @@ func TestDecodeServerErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestDecodePublishRequest(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want *Publish
+	}{
+		{"channel and data", `{"channel":"rooms/1","data":{ "text" : "hi" }}`,
+			&Publish{Channel: "rooms/1", Data: raw(`{"text":"hi"}`)}},
+		{"every field", `{"type":"publish","id":"order-42","channel":"rooms/1","event":"chat","data":[1,` + "\r\n" + `2]}`,
+			&Publish{ID: "order-42", Channel: "rooms/1", Event: "chat", Data: raw(`[1,2]`)}},
+		{"null optionals", `{"id":null,"type":null,"event":null,"channel":"c","data":""}`,
+			&Publish{Channel: "c", Data: raw(`""`)}},
+		{"unknown fields are ignored", `{"channel":"c","data":1,"meta":{"a":[1]}}`, &Publish{Channel: "c", Data: raw(`1`)}},
+		{"keys are case-sensitive, so Channel is an unknown field", `{"channel":"c","Channel":"other","data":1}`,
+			&Publish{Channel: "c", Data: raw(`1`)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := DecodePublishRequest([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("DecodePublishRequest(%s): %v", tt.in, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("DecodePublishRequest(%s) (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+// TestDecodePublishRequestErrors: the HTTP body is held to a publish frame's rules, so a gateway
+// that reads the body one way cannot be bypassed by a body Herald reads another way.
+func TestDecodePublishRequestErrors(t *testing.T) {
+	deep := strings.Repeat("[", 200) + strings.Repeat("]", 200)
+	tests := []struct {
+		name, in  string
+		field, id string
+	}{
+		{"duplicate channel", `{"channel":"allowed","channel":"secret","data":1}`, "channel", ""},
+		{"duplicate channel echoes the id", `{"id":"p1","channel":"allowed","channel":"secret","data":1}`, "channel", "p1"},
+		{"duplicate data", `{"channel":"c","data":1,"data":2}`, "data", ""},
+		{"duplicate id", `{"id":"a","id":"b","channel":"c","data":1}`, "id", ""},
+		{"keys are case-sensitive", `{"CHANNEL":"c","Data":1}`, "channel", ""},
+		{"channel missing", `{"data":1}`, "channel", ""},
+		{"channel not a string", `{"channel":1,"data":1}`, "channel", ""},
+		{"channel empty", `{"channel":"","data":1}`, "channel", ""},
+		{"data missing", `{"id":"p","channel":"c"}`, "data", "p"},
+		{"data null", `{"channel":"c","data":null}`, "data", ""},
+		{"event not a string", `{"channel":"c","event":1,"data":1}`, "event", ""},
+		{"id with a space is not echoed", `{"id":"a b","channel":"c","data":1}`, "id", ""},
+		{"id empty", `{"id":"","channel":"c","data":1}`, "id", ""},
+		{"id too long", `{"id":"` + strings.Repeat("x", 65) + `","channel":"c","data":1}`, "id", ""},
+		{"id a number", `{"id":7,"channel":"c","data":1}`, "id", ""},
+		{"type of another frame", `{"type":"subscribe","id":"p","channel":"c","data":1}`, "type", "p"},
+		{"not UTF-8 in data", "{\"channel\":\"c\",\"data\":\"\xff\"}", "", ""},
+		{"not UTF-8 in a key", "{\"channel\":\"c\",\"data\":1,\"\xc3\":1}", "", ""},
+		{"raw control character in data", "{\"channel\":\"c\",\"data\":\"a\nb\"}", "", ""},
+		{"nesting too deep", `{"channel":"c","data":` + deep + `}`, "", ""},
+		{"not an object", `[{"channel":"c","data":1}]`, "", ""},
+		{"trailing data", `{"channel":"c","data":1} {"channel":"d","data":1}`, "", ""},
+		{"empty", ``, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := DecodePublishRequest([]byte(tt.in))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("DecodePublishRequest(%q) = %+v, %v; want a bad_frame *Error", tt.in, f, err)
+			}
+			if e.Code != CodeBadFrame || e.Field != tt.field || e.ID != tt.id || e.Message == "" {
+				t.Errorf("DecodePublishRequest(%q): got code %s field %q id %q (%q), want bad_frame field %q id %q",
+					tt.in, e.Code, e.Field, e.ID, e.Message, tt.field, tt.id)
+			}
+		})
+	}
+}
+
+// TestDecodePublishRequestMatchesDecode: a body read as a request and the same fields sent as a
+// publish frame decode to the same publication.
+func TestDecodePublishRequestMatchesDecode(t *testing.T) {
+	for _, body := range []string{
+		`"channel":"rooms/1","event":"chat","data":{"a": [1, 2.5e3, "\u00e9"]}`,
+		`"channel":"caf\u00e9","data":"\ud800x"`,
+		`"channel":"c","data":[` + "\n" + `]`,
+	} {
+		req, err := DecodePublishRequest([]byte(`{"id":"1",` + body + `}`))
+		if err != nil {
+			t.Fatalf("request {%s}: %v", body, err)
+		}
+		frame, err := Decode([]byte(`{"type":"publish","id":"1",`+body+`}`), 0)
+		if err != nil {
+			t.Fatalf("frame {%s}: %v", body, err)
+		}
+		if diff := cmp.Diff(frame, Frame(req)); diff != "" {
+			t.Errorf("{%s}: frame and request differ (-frame +request):\n%s", body, diff)
+		}
+	}
+}

@@ -20,8 +20,9 @@
 //
 // # Decoding
 //
-// Decode reads what a client sends; DecodeServer reads what the server sends (for the Go
-// client and for tests). Both are strict: the frame must be one JSON object of valid UTF-8,
+// Decode reads what a client sends; DecodePublishRequest reads the body of the HTTP publish
+// API, a publish frame by another road; DecodeServer reads what the server sends (for the Go
+// client and for tests). All are strict: the frame must be one JSON object of valid UTF-8,
 // keys are case-sensitive, a known field may appear once, required fields must be present and
 // of the right type. Unknown fields are ignored, so a newer peer may add optional fields.
 // Every failure is an *Error carrying a Code, the request id when one could be read, the

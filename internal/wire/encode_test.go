@@ -328,6 +328,11 @@ func TestAppendOneLine(t *testing.T) {
 		"{\n\"a\": \"b c\"\n}":       `{"a":"b c"}`,
 		"[1,\r\n2]":                  `[1,2]`,
 		"\n1":                        `1`,
+		"1\r\n":                      `1`,
+		"\"x y\"\n":                  `"x y"`,
+		"true\r":                     `true`,
+		"null \n ":                   `null`,
+		"1 ":                         "1 ", // no line break: copied as it is
 		"{\"k\":\"\\\\\"\n,\"j\":2}": `{"k":"\\","j":2}`,
 	} {
 		got := string(appendOneLine(nil, []byte(in)))

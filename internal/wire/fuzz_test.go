@@ -178,3 +178,90 @@ func FuzzDataFrame(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRawValuesStayOneLine: whatever valid JSON a row value or a message's data holds, white
+// space and line breaks between its tokens included, the frame that carries it is one line of
+// valid JSON that carries the same value.
+func FuzzRawValuesStayOneLine(f *testing.F) {
+	for _, s := range []string{`1`, "1\r\n", "\"x y\"\n", "\r\n{\"a\":\r\n[1,\t2]}\r\n", "[\"\\n\", \"\u2028\"]", " null "} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if !utf8.Valid(v) || !json.Valid(v) {
+			return // change.Row and Decode promise valid JSON; AppendFrame refuses anything else
+		}
+		var want bytes.Buffer
+		_ = json.Compact(&want, v)
+		c := &Change{LSN: 1, Idx: 1, Op: OpInsert, Table: "a.b", Row: change.Row{{Name: "v", Value: v}}}
+		m := &Message{Pos: ChannelPosition("e", 1), Channel: "c", Data: v}
+		frames := [][]byte{AppendChangeBody(AppendDataHead(nil, FrameChange, "s"), c)}
+		if want.String() != "null" { // a message's data is never null
+			frames = append(frames, AppendMessageBody(AppendDataHead(nil, FrameMessage, "s"), m))
+		}
+		for _, b := range frames {
+			if !json.Valid(b) || bytes.ContainsAny(b, "\r\n") {
+				t.Fatalf("frame is not one line of valid JSON: %q", b)
+			}
+			fr, err := DecodeServer(b, 0)
+			if err != nil {
+				t.Fatalf("DecodeServer(%s): %v", b, err)
+			}
+			var got []byte
+			switch fr := fr.(type) {
+			case *Change:
+				got = fr.Row[0].Value
+			case *Message:
+				got = fr.Data
+			}
+			if !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("value %q arrived as %s, want %s", v, got, want.Bytes())
+			}
+		}
+	})
+}
+
+func FuzzDecodePublishRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"channel":"rooms/1","data":{"text":"hi"}}`,
+		`{"type":"publish","id":"p1","channel":"c","event":"e","data":[1,` + "\r\n" + `2]}`,
+		`{"channel":"a","channel":"b","data":1}`, `{"CHANNEL":"c","Data":1}`, `{"id":"a b","channel":"c","data":1}`,
+		"{\"channel\":\"c\",\"data\":\"\xff\"}", `{"channel":"c","data":null}`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p, err := DecodePublishRequest(in)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code != CodeBadFrame || e.Message == "" || !utf8.ValidString(e.Message) {
+				t.Fatalf("error %T %v: want a bad_frame *Error with a message", err, err)
+			}
+			if e.ID != "" && !validToken(e.ID) {
+				t.Fatalf("error echoes an id outside the grammar: %q", e.ID)
+			}
+			return
+		}
+		if !json.Valid(in) || !utf8.Valid(in) {
+			t.Fatalf("accepted input that is not valid JSON in UTF-8: %q", in)
+		}
+		if p.Channel == "" || (p.ID != "" && !validToken(p.ID)) || string(p.Data) == "null" || bytes.ContainsAny(p.Data, "\r\n") {
+			t.Fatalf("accepted %q as %+v", in, p)
+		}
+		// The same publication sent as a frame reads the same.
+		sent := *p
+		if sent.ID == "" {
+			sent.ID = "x"
+		}
+		enc, err := AppendFrame(nil, &sent)
+		if err != nil {
+			t.Fatalf("encoding %+v: %v", sent, err)
+		}
+		back, err := Decode(enc, 1<<20)
+		if err != nil {
+			t.Fatalf("decoding %s: %v", enc, err)
+		}
+		if diff := cmp.Diff(Frame(&sent), back); diff != "" {
+			t.Fatalf("%s (-request +frame):\n%s", enc, diff)
+		}
+	})
+}

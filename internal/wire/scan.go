@@ -426,18 +426,20 @@ func appendCompact(dst, v []byte) []byte {
 
 // appendOneLine appends the valid JSON value v to dst so that no raw CR or LF reaches the
 // frame. It runs for every row value, so it looks only where a line break can be: in valid
-// JSON a raw line break is whitespace between tokens, and a number, string, boolean or null
-// has no such place. Only an object or array (a json column as a person typed it) is
-// searched, and compacted if it holds one.
+// JSON a raw line break is white space between tokens, so it sits inside an object or array
+// (a json column as a person typed it) or before or after the value ("x"\r\n); a number,
+// string, boolean or null has none within. Only such a value is searched, and compacted if it
+// holds one.
 func appendOneLine(dst, v []byte) []byte {
-	switch v[0] {
-	case '{', '[', ' ', '\t', '\n', '\r':
+	if isSpace(v[len(v)-1]) || v[0] == '{' || v[0] == '[' || isSpace(v[0]) {
 		if bytes.IndexByte(v, '\n') >= 0 || bytes.IndexByte(v, '\r') >= 0 {
 			return appendCompact(dst, v)
 		}
 	}
 	return append(dst, v...)
 }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // jsonKind names the kind of a raw JSON value for error messages.
 func jsonKind(v []byte) string {

@@ -17,7 +17,9 @@
 //	float4, float8              number; NaN, Infinity, -Infinity are       1.5e-07, -0, "NaN"
 //	                            strings
 //	bool                        true, false
-//	json, jsonb                 the JSON as Postgres wrote it              {"a": [1, 2.50]}
+//	json                        the JSON as written, white space between   {"a":[1,2.50]}
+//	                            tokens dropped
+//	jsonb                       the JSON as Postgres wrote it              {"a": [1, 2.50]}
 //	bytea                       string of the hex text, lowercase          "\\x0a0b"
 //	timestamptz                 string: RFC 3339 UTC, milliseconds         "2024-01-06T08:30:00.123Z"
 //	timestamp                   string: RFC 3339 without zone, millis      "2024-01-06T14:00:00.123"

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // ruleOIDs are the types with a rule of their own, and arrays of them: FuzzAppendJSON steers
@@ -41,6 +42,7 @@ var appendJSONSeeds = []struct {
 	{BoolOID, "t"},
 	{JSONBOID, `{"a": [1, 2.50]}`},
 	{JSONOID, "\"\xff\""},
+	{JSONOID, "\r\n{\"a\":\r\n[1,\t2]}\r\n"},
 	{ByteaOID, `\xDEADbeef`},
 	{ByteaOID, `\x0a0`},
 	{TextOID, "a\"b\\c\n\x01\xff\u2028"},
@@ -77,6 +79,10 @@ func FuzzAppendJSON(f *testing.F) {
 		v := out[len(prefix):]
 		if !json.Valid(v) {
 			t.Fatalf("AppendJSON(%d, %q) = %s, which is not valid JSON", oid, text, v)
+		}
+		// A value goes into frames and lines that a raw line break would split.
+		if bytes.ContainsAny(v, "\r\n") {
+			t.Fatalf("AppendJSON(%d, %q) = %q, which holds a raw line break", oid, text, v)
 		}
 		if j := JSON(oid, text); !bytes.Equal(j, v) {
 			t.Fatalf("JSON(%d, %q) = %s, AppendJSON gives %s", oid, text, j, v)
@@ -156,12 +162,20 @@ func decimalText(digits string, exp int, neg bool, pad int) string {
 	return b.String()
 }
 
-// checkScalarMeaning checks what a scalar's output says about its text: a number or a JSON value
-// is the text verbatim, only a bool is true or false, and a string is the text itself unless the
-// type is one whose strings are rewritten.
+// checkScalarMeaning checks what a scalar's output says about its text: a number or a jsonb value
+// is the text verbatim, a json value the text compacted, only a bool is true or false, and a
+// string is the text itself unless the type is one whose strings are rewritten.
 func checkScalarMeaning(t *testing.T, oid uint32, text, v []byte) {
 	t.Helper()
 	if _, _, isArray := arrayElem(oid); isArray || bytes.Equal(v, text) {
+		return
+	}
+	if oid == JSONOID && utf8.Valid(text) && json.Valid(text) {
+		var want bytes.Buffer
+		_ = json.Compact(&want, text)
+		if !bytes.Equal(v, want.Bytes()) {
+			t.Fatalf("AppendJSON(json, %q) = %s, want the text compacted: %s", text, v, want.Bytes())
+		}
 		return
 	}
 	switch {

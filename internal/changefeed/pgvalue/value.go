@@ -33,8 +33,10 @@ func AppendJSON(dst []byte, oid uint32, text []byte) []byte {
 		return appendFloat(dst, text)
 	case BoolOID:
 		return appendBool(dst, text)
-	case JSONOID, JSONBOID:
-		return appendRawJSON(dst, text)
+	case JSONOID:
+		return appendRawJSON(dst, text, true)
+	case JSONBOID:
+		return appendRawJSON(dst, text, false)
 	case ByteaOID:
 		return appendBytea(dst, text)
 	case TimestamptzOID:
@@ -276,14 +278,47 @@ func appendBool(dst, text []byte) []byte {
 	return appendString(dst, text)
 }
 
-// appendRawJSON passes json and jsonb through as they are: decoding them would lose number
-// precision and key order. Text that is not valid JSON in UTF-8 (a SQL_ASCII database can hold
-// any bytes) becomes a string, so the output stays valid JSON.
-func appendRawJSON(dst, text []byte) []byte {
-	if utf8.Valid(text) && json.Valid(text) {
-		return append(dst, text...)
+// appendRawJSON passes json and jsonb on without decoding them: decoding would lose number
+// precision and key order. A json value is compacted, the white space between its tokens
+// dropped: Postgres keeps a json column's text as it was written, line breaks included, and a
+// value must fit on one line (an SSE data line, a line of herald tail). jsonb is Postgres's own
+// spelling, which is already one line. Text that is not valid JSON in UTF-8 (a SQL_ASCII
+// database can hold any bytes) becomes a string, so the output stays valid JSON.
+func appendRawJSON(dst, text []byte, compact bool) []byte {
+	if !utf8.Valid(text) || !json.Valid(text) {
+		return appendString(dst, text)
 	}
-	return appendString(dst, text)
+	if compact {
+		return appendCompact(dst, text)
+	}
+	return append(dst, text...)
+}
+
+// appendCompact appends the valid JSON text v to dst without the white space between its
+// tokens. Inside a string there is none to drop: valid JSON escapes its control characters.
+func appendCompact(dst, v []byte) []byte {
+	start := 0
+	inString := false
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte cannot end the string
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case ' ', '\t', '\n', '\r':
+			dst = append(dst, v[start:i]...)
+			start = i + 1
+		}
+	}
+	return append(dst, v[start:]...)
 }
 
 // appendBytea keeps Postgres's hex spelling, \x0a0b, as a string, lowercase. A text that is not

@@ -10,11 +10,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/heraldrt/herald/internal/auth"
@@ -70,6 +73,9 @@ func New(base context.Context, cfg Config, deps session.Deps, a Authenticator, r
 		cfg.PingInterval = 25 * time.Second
 	}
 	cfg.Session.PingInterval = cfg.PingInterval
+	if cfg.Session.MaxFrameBytes <= 0 {
+		cfg.Session.MaxFrameBytes = wire.DefaultMaxFrameBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -133,10 +139,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"}, wire.CloseTooManyConnections)
 		return
 	}
-	c.SetReadLimit(int64(h.cfg.Session.MaxFrameBytes))
-	if h.cfg.Session.MaxFrameBytes <= 0 {
-		c.SetReadLimit(wire.DefaultMaxFrameBytes)
-	}
+	// readFrame enforces the frame limit itself; the library's, one byte above it, never fires
+	// first. It would close with its own reason text and no error frame.
+	c.SetReadLimit(int64(h.cfg.Session.MaxFrameBytes) + 1)
 
 	connect, ok := h.readConnect(t)
 	if !ok {
@@ -188,7 +193,11 @@ func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
 		t.Close(wire.CloseConnectTimeout, "no connect frame within "+h.cfg.ConnectTimeout.String())
 	})
 	defer timer.Stop()
-	typ, b, err := t.c.Read(h.base)
+	typ, b, err := h.readFrame(t.c)
+	if errors.Is(err, errFrameTooLarge) {
+		t.closeWith(h.tooLarge(), wire.CloseFrameTooLarge)
+		return nil, false
+	}
 	if err != nil {
 		return nil, false
 	}
@@ -222,19 +231,54 @@ func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
 // context that ends first, which would drop the connection without its close frame.
 func (h *Handler) read(s *session.Session, c *websocket.Conn) {
 	for {
-		typ, b, err := c.Read(h.base)
+		typ, b, err := h.readFrame(c)
+		if errors.Is(err, errFrameTooLarge) {
+			s.Fail(h.tooLarge(), wire.CloseFrameTooLarge)
+			return
+		}
 		if err != nil {
-			if websocket.CloseStatus(err) == websocket.StatusMessageTooBig {
-				s.Close(wire.CloseFrameTooLarge, "a message exceeded max_frame_bytes")
-			}
 			return
 		}
 		if typ != websocket.MessageText {
 			s.Fail(&wire.Error{Code: wire.CodeBadFrame, Message: "frames are JSON text messages; a binary message is a protocol violation"}, wire.CloseBadFrame)
 			return
 		}
+		// A text message must be UTF-8 (RFC 6455); one that is not is a broken client, not a
+		// malformed request to answer and go on from.
+		if !utf8.Valid(b) {
+			s.Fail(&wire.Error{Code: wire.CodeBadFrame, Message: "a text message that is not UTF-8 is a protocol violation; send frames as UTF-8 JSON"}, wire.CloseBadFrame)
+			return
+		}
 		s.HandleFrame(b)
 	}
+}
+
+// errFrameTooLarge: a client's message is longer than the frame limit.
+var errFrameTooLarge = errors.New("message longer than max_frame_bytes")
+
+// readFrame reads one message of at most the frame limit, or fails with errFrameTooLarge once
+// it has read one byte more; the rest of that message is left to the close handshake to
+// discard. The limit is Herald's own, not the library's, so that the client learns of it with
+// an error frame and a close reason in Herald's form.
+func (h *Handler) readFrame(c *websocket.Conn) (websocket.MessageType, []byte, error) {
+	typ, r, err := c.Reader(h.base)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit := h.cfg.Session.MaxFrameBytes
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(b) > limit {
+		return typ, nil, errFrameTooLarge
+	}
+	return typ, b, nil
+}
+
+func (h *Handler) tooLarge() *wire.Error {
+	return &wire.Error{Code: wire.CodeFrameTooLarge, Message: fmt.Sprintf(
+		"a message exceeded max_frame_bytes (%d); do not resend it", h.cfg.Session.MaxFrameBytes)}
 }
 
 // ping checks liveness: a ping unanswered within one interval closes the session.
