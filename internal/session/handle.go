@@ -273,7 +273,9 @@ func (s *Session) refresh(f *wire.Refresh) {
 	s.Send(r)
 }
 
-// AuthError is the error frame for a token that did not verify.
+// AuthError is the error frame for a token that did not verify: token_expired for one that has
+// expired or is not valid yet (a fresh token cures both), unauthorized otherwise. At connect it
+// is followed by the close code AuthCloseCode gives.
 func AuthError(id string, err error) *wire.Error {
 	var ae *auth.Error
 	msg := "the token did not verify"
@@ -284,8 +286,17 @@ func AuthError(id string, err error) *wire.Error {
 		}
 	}
 	code := wire.CodeUnauthorized
-	if errors.Is(err, auth.ErrExpired) {
+	if errors.Is(err, auth.ErrExpired) || errors.Is(err, auth.ErrNotYetValid) {
 		code = wire.CodeTokenExpired
 	}
 	return &wire.Error{ID: id, Code: code, Field: "token", Message: msg}
+}
+
+// AuthCloseCode is the close code that follows AuthError's frame e at connect: 4100 with
+// token_expired, 4101 otherwise, so the frame and the close always say the same.
+func AuthCloseCode(e *wire.Error) wire.CloseCode {
+	if e.Code == wire.CodeTokenExpired {
+		return wire.CloseTokenExpired
+	}
+	return wire.CloseAuthFailed
 }
