@@ -79,7 +79,8 @@ func DecodeServer(b []byte, limit int) (Frame, error) {
 	case FrameWelcome:
 		f = r.welcome()
 	case FrameSubscribed:
-		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", required)}
+		// A pattern subscription spans channels, so its subscribed carries no position.
+		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", optional)}
 	case FrameUnsubscribed:
 		f = &Unsubscribed{
 			ID:      r.id,
