@@ -150,7 +150,7 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	// Under mu, so nothing of this subscription is queued before these: subscribed, the
 	// resume gap if any, then what arrived while they were being prepared.
 	s.Send(&wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos})
-	if gap := resumeGap(f.Sub, f.From, head); gap != nil {
+	if gap := resumeGap(f, head); gap != nil {
 		s.Send(gap)
 	}
 	for _, fr := range su.buffered {
@@ -178,10 +178,13 @@ func checkFrom(f *wire.Subscribe, head wire.Position) *wire.Error {
 	return nil
 }
 
-// resumeGap is the resync a resumed channel subscription needs: this server keeps no history
-// yet, so every item between from and the channel's head is reported lost, and a from of
-// another epoch means the stream was reset.
-func resumeGap(sub string, from, head wire.Position) *wire.Resync {
+// resumeGap is the resync a resumed subscription needs: this server keeps no history yet, so
+// every item between from and the stream's head is reported lost, and a from of another epoch
+// means the stream was reset. The resync says how many were lost only when that is exact: for
+// a channel without an event filter, every offset between from and the head was one
+// publication this subscription would have had.
+func resumeGap(f *wire.Subscribe, head wire.Position) *wire.Resync {
+	sub, from := f.Sub, f.From
 	switch {
 	case from.IsZero() || head.IsZero():
 		return nil
@@ -199,8 +202,12 @@ func resumeGap(sub string, from, head wire.Position) *wire.Resync {
 	case from.Epoch != head.Epoch:
 		return &wire.Resync{Sub: sub, Last: head, Reason: wire.ResyncStreamReset}
 	case from.Offset < head.Offset:
-		return &wire.Resync{Sub: sub, First: wire.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
-			Lost: head.Offset - from.Offset, Reason: wire.ResyncHistoryExpired}
+		r := &wire.Resync{Sub: sub, First: wire.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
+			Reason: wire.ResyncHistoryExpired}
+		if f.Event == "" {
+			r.Lost = head.Offset - from.Offset
+		}
+		return r
 	}
 	return nil
 }

@@ -50,7 +50,8 @@ type Subscriber interface {
 	// position's text form.
 	Deliver(sub string, body []byte, pos string)
 	// DeliverFrame queues one whole frame of sub (a resync), in order with its data. It stands
-	// for count items from first to pos: if it cannot be queued, sub's marker covers them all.
+	// for count items (0: an unknown number) from first, which must not be empty, to pos: if it
+	// cannot be queued, sub's marker covers them all.
 	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
 }
 
@@ -262,7 +263,7 @@ func (s *Session) Deliver(sub string, body []byte, pos string) {
 }
 
 // DeliverFrame queues a whole frame of sub, with no head: a resync in order with its data,
-// standing for count items from first to pos.
+// standing for count items (0 when unknown) from first to pos.
 func (s *Session) DeliverFrame(sub string, frame []byte, first, pos string, count uint64) {
 	s.deliver(sub, delivery.Frame{Body: frame, Pos: pos, First: first, Count: count}, false)
 }
