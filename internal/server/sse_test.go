@@ -165,6 +165,8 @@ func TestSSERefusals(t *testing.T) {
 		{"no token", "/v1/sse", nil, 401, "unauthorized"},
 		{"bad subscription", "/v1/sse?sub=feed", bearerHeader(t, "u"), 400, "bad_frame"},
 		{"bad Last-Event-ID", "/v1/sse?sub=feed&channel=x", http.Header{"Authorization": bearerHeader(t, "u")["Authorization"], "Last-Event-Id": {"garbage"}}, 400, "bad_frame"},
+		{"Last-Event-ID without a URL subscription", "/v1/sse", http.Header{"Authorization": bearerHeader(t, "u")["Authorization"], "Last-Event-Id": {"feed 16/B374D848.3"}}, 400, "bad_position"},
+		{"garbled last_event_id without a URL subscription", "/v1/sse?last_event_id=garbage", bearerHeader(t, "u"), 400, "bad_frame"},
 		{"token not valid yet", "/v1/sse", http.Header{"Authorization": {"Bearer " + tokenClaims(t, jwt.MapClaims{"sub": "u", "exp": time.Now().Add(2 * time.Hour).Unix(), "nbf": time.Now().Add(time.Hour).Unix()})}}, 401, "token_expired"},
 	}
 	for _, tt := range tests {
