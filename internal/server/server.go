@@ -162,6 +162,10 @@ func (s *Server) notReady() error {
 		case st.Streaming:
 		case st.Failure != "":
 			return fmt.Errorf("the replication stream is down: %s", st.Failure)
+		case st.Leader:
+			// Leading but not streaming yet (preflight): table subscriptions are refused until
+			// the stream is live, so the node is not ready for them.
+			return fmt.Errorf("the replication stream is starting")
 		case !st.Leader && st.Restarts == 0 && st.Txns == 0:
 			return fmt.Errorf("the replication stream is starting, or another node leads the slot")
 		}
