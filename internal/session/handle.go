@@ -190,7 +190,8 @@ func resumeGap(f *wire.Subscribe, head wire.Position) *wire.Resync {
 		return nil
 	case from.IsTable():
 		// No table history is kept yet: every change after from up to the head is lost. A from
-		// past the head is a change this node has not routed yet, and will.
+		// past the head is a change this node has not routed yet (it restarted, and re-reads
+		// what its slot had not confirmed): Tables holds back everything up to it.
 		if from.LSN < head.LSN || from.LSN == head.LSN && from.Idx > 0 {
 			first := wire.Position{}
 			if from.Idx > 0 {

@@ -40,7 +40,8 @@ type Channels interface {
 // Tables is the table router as a session uses it.
 type Tables interface {
 	// Subscribe validates and attaches a table subscription, and returns the position it
-	// starts after and how to detach. Errors are *wire.Error.
+	// starts after and how to detach. A from past the end of the database's stream is refused
+	// with bad_position; nothing at or before a from is delivered. Errors are *wire.Error.
 	Subscribe(ctx context.Context, s Subscriber, f *wire.Subscribe) (head wire.Position, unsubscribe func(), err error)
 }
 
