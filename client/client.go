@@ -51,7 +51,11 @@ type Conn struct {
 	mu        sync.Mutex
 	pending   map[string]chan wire.Frame // guarded by mu: requests waiting for their reply
 	positions map[string]wire.Position   // guarded by mu: the last position Next returned, by sub
-	err       error                      // guarded by mu: why the connection ended; set before done closes
+	// unplaced holds the subs whose subscribed carried no position: channel patterns, which
+	// span channels with unrelated positions, so none of their frames is a place to resume
+	// from. Guarded by mu.
+	unplaced map[string]bool
+	err      error // guarded by mu: why the connection ended; set before done closes
 
 	closeOnce sync.Once
 }
@@ -109,6 +113,7 @@ func Dial(ctx context.Context, rawURL string, opts Options) (*Conn, error) {
 		quit:      make(chan struct{}),
 		pending:   map[string]chan wire.Frame{},
 		positions: map[string]wire.Position{},
+		unplaced:  map[string]bool{},
 	}
 	go c.read()
 	return c, nil
@@ -300,8 +305,10 @@ func (c *Conn) reply(id string, f wire.Frame) bool {
 	switch f := f.(type) {
 	case *wire.Subscribed:
 		c.positions[f.Sub] = f.Pos
+		c.unplaced[f.Sub] = f.Pos.IsZero()
 	case *wire.Unsubscribed:
 		delete(c.positions, f.Sub)
+		delete(c.unplaced, f.Sub)
 	}
 	c.mu.Unlock()
 	if ok {
@@ -353,18 +360,25 @@ func (c *Conn) track(f wire.Frame) {
 	case *wire.Change:
 		c.positions[f.Sub] = f.Position()
 	case *wire.Message:
-		c.positions[f.Sub] = f.Pos
+		if !c.unplaced[f.Sub] {
+			c.positions[f.Sub] = f.Pos
+		}
 	case *wire.Resync:
 		// Items after Last are delivered; a resume from Last asks for exactly those.
-		c.positions[f.Sub] = f.Last
+		if !c.unplaced[f.Sub] {
+			c.positions[f.Sub] = f.Last
+		}
 	case *wire.Unsubscribed:
 		delete(c.positions, f.Sub)
+		delete(c.unplaced, f.Sub)
 	}
 }
 
 // Position returns the position of the last frame of subscription sub that Next returned, or
 // its subscribed position before any: what Subscribe's From takes to resume it after a
-// reconnect. ok is false for a subscription this Conn does not have.
+// reconnect. It is zero for a channel pattern (rooms/*), which spans channels and so cannot be
+// resumed: subscribe to it again without From, knowing what was published meanwhile is
+// missed. ok is false for a subscription this Conn does not have.
 func (c *Conn) Position(sub string) (p Position, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

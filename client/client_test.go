@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -19,11 +20,44 @@ func TestDialWelcome(t *testing.T) {
 	if w.Version != 1 || w.Session == "" || w.Limits.MaxSubscriptions != 8 || w.Limits.MaxFrameBytes <= 0 {
 		t.Errorf("welcome = %+v", w)
 	}
-	if w.ExpiresIn < 59*time.Minute || w.ExpiresIn > time.Hour {
-		t.Errorf("welcome expires_in = %v, want about 1h", w.ExpiresIn)
+	// The token is in force until its exp plus the server's leeway.
+	if w.ExpiresIn < 59*time.Minute || w.ExpiresIn > time.Hour+auth.DefaultLeeway {
+		t.Errorf("welcome expires_in = %v, want about 1h and %s", w.ExpiresIn, auth.DefaultLeeway)
 	}
 	if rtt, err := c.Ping(ctxFor(t, 5*time.Second)); err != nil || rtt <= 0 {
 		t.Errorf("Ping = %v, %v", rtt, err)
+	}
+}
+
+// TestPatternSubscription: a pattern spans channels, so subscribed has no position; the
+// client accepts that, delivers each channel's messages, and keeps no position to resume from.
+func TestPatternSubscription(t *testing.T) {
+	n := startNode(t, baseConfig())
+	c := dial(t, n)
+	ctx := ctxFor(t, 5*time.Second)
+	pos, err := c.Subscribe(ctx, Subscription{Sub: "rooms", Channel: "rooms/*"})
+	if err != nil {
+		t.Fatalf("Subscribe to a pattern: %v", err)
+	}
+	if !pos.IsZero() {
+		t.Errorf("subscribed pos = %v, want none for a pattern", pos)
+	}
+	var pubs []Position
+	for _, ch := range []string{"rooms/1", "rooms/2"} {
+		p, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: ch, Data: json.RawMessage(`1`)})
+		if err != nil {
+			t.Fatalf("PublishHTTP %s: %v", ch, err)
+		}
+		pubs = append(pubs, p)
+	}
+	for i, ch := range []string{"rooms/1", "rooms/2"} {
+		f, _ := next(t, c)
+		if m, ok := f.(*Message); !ok || m.Sub != "rooms" || m.Channel != ch || m.Pos != pubs[i] {
+			t.Errorf("frame %d = %#v, want the message on %s at %v", i, f, ch, pubs[i])
+		}
+	}
+	if got, ok := c.Position("rooms"); !ok || !got.IsZero() {
+		t.Errorf("Position = %v, %v; want zero, true: a pattern has no position to resume from", got, ok)
 	}
 }
 

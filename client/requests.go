@@ -29,8 +29,9 @@ type Subscription struct {
 }
 
 // Subscribe subscribes and waits until the subscription is live, returning the position it
-// starts after. A refusal is an *Error (unknown_table, bad_filter, duplicate_subscription,
-// ...). The subscription's frames arrive through Next; a resumed one may start with a resync.
+// starts after: zero for a channel pattern, which spans channels and has none. A refusal is an
+// *Error (unknown_table, bad_filter, duplicate_subscription, ...). The subscription's frames
+// arrive through Next; a resumed one may start with a resync.
 func (c *Conn) Subscribe(ctx context.Context, s Subscription) (Position, error) {
 	id := c.nextID()
 	f := &wire.Subscribe{ID: id, Sub: s.Sub, Table: s.Table, Filter: s.Filter, Columns: s.Columns,

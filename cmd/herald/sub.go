@@ -158,8 +158,14 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if s.Table != "" {
 		what = "table " + s.Table
 	}
-	fmt.Fprintf(stderr, "herald sub: subscribed %q to %s at %s (session %s); resume with --from %s\n",
-		s.Sub, what, pos, c.Welcome().Session, pos)
+	if pos.IsZero() {
+		// A pattern spans channels whose positions are unrelated: there is nothing to resume from.
+		fmt.Fprintf(stderr, "herald sub: subscribed %q to %s (session %s); a pattern has no position, so it cannot be resumed with --from\n",
+			s.Sub, what, c.Welcome().Session)
+	} else {
+		fmt.Fprintf(stderr, "herald sub: subscribed %q to %s at %s (session %s); resume with --from %s\n",
+			s.Sub, what, pos, c.Welcome().Session, pos)
+	}
 
 	printed := 0
 	for {

@@ -143,6 +143,37 @@ func TestSubPrintsChannelMessages(t *testing.T) {
 	p.done <- nil
 }
 
+// TestSubPattern: a pattern's subscribed carries no position (it spans channels), and herald
+// sub takes it and prints every matching channel's messages.
+func TestSubPattern(t *testing.T) {
+	noLeaks(t)
+	addr := startNode(t)
+	p := startSub(t, "--url", "ws://"+addr, "--channel", "rooms/*", "--sub", "r")
+	waitUntil(t, "subscribed on stderr", 5*time.Second, func() bool {
+		return strings.Contains(p.stderr.String(), `subscribed "r" to channel rooms/*`)
+	})
+	if !strings.Contains(p.stderr.String(), "cannot be resumed with --from") {
+		t.Errorf("stderr = %q, want it to say a pattern has no position", p.stderr.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, ch := range []string{"rooms/1", "rooms/2", "lobby"} {
+		if _, err := client.PublishHTTP(ctx, nil, "http://"+addr, subTestAPIKey, client.Publication{Channel: ch, Data: json.RawMessage(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "two lines on stdout", 5*time.Second, func() bool { return strings.Count(p.stdout.String(), "\n") >= 2 })
+	lines := strings.Split(strings.TrimSuffix(p.stdout.String(), "\n"), "\n")
+	for i, ch := range []string{"rooms/1", "rooms/2"} {
+		if !strings.Contains(lines[i], `"channel":"`+ch+`"`) {
+			t.Errorf("line %d = %s, want the message on %s", i, lines[i], ch)
+		}
+	}
+	if len(lines) != 2 {
+		t.Errorf("stdout has %d lines, want 2 (lobby does not match rooms/*): %q", len(lines), lines)
+	}
+}
+
 func TestSubCountAndResync(t *testing.T) {
 	noLeaks(t)
 	addr := startNode(t)

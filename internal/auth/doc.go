@@ -32,9 +32,13 @@
 //     revoked by time. nbf and iat are checked when present. All three allow Config.Leeway of
 //     clock skew (DefaultLeeway, 30s). iss and aud are checked when configured.
 //   - An expired token is ReasonExpired, so the session can close with the "token expired" code
-//     and the client refreshes. A token that is expired and also wrong in another way is
+//     and the client refreshes. A token not valid yet (nbf or iat ahead, beyond the leeway) is
+//     ReasonNotYetValid, which the client is told the same way: a fresh token cures both. A
+//     token that is expired and also wrong in another way (an nbf after its exp included) is
 //     ReasonInvalid: refreshing would not help it. Everything else is ReasonInvalid, with a Stage,
 //     a Detail that names what failed and a Fix that names the config key or the action.
+//   - Identity.ExpiresAt is exp plus the leeway: the token is in force exactly as long as it
+//     verifies, so a session never ends before a token it just accepted stops verifying.
 //   - No error ever holds the token, its signature, a secret or key material, so errors may be
 //     logged and sent to the client whole. Values taken from a token (a kid) are quoted and cut
 //     to 64 bytes.

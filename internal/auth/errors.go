@@ -18,8 +18,13 @@ const (
 	// one failure a client can fix by refreshing the token and reconnecting, so it has its own
 	// reason (and close code).
 	ReasonExpired Reason = "token_expired"
+	// ReasonNotYetValid: the token was genuine and otherwise valid, but its nbf or iat is
+	// still ahead, beyond the leeway: the issuer's clock runs ahead of ours. Like an expired
+	// token, a fresh one (or the same one, later) cures it, so the client is told
+	// "token expired", not "invalid".
+	ReasonNotYetValid Reason = "token_not_yet_valid"
 	// ReasonInvalid: everything else about a token: malformed, refused alg, unknown key, bad
-	// signature, wrong issuer or audience, not yet valid, a missing or mistyped claim.
+	// signature, wrong issuer or audience, a missing or mistyped claim, an nbf after its exp.
 	ReasonInvalid Reason = "token_invalid"
 	// ReasonAnonymousNotAllowed: the client connected without a token, and auth.allow_anonymous
 	// is false.
@@ -50,8 +55,8 @@ const (
 // have one. Detail names what failed and Fix how to fix it; neither ever holds the token, a
 // secret or key material, so the whole error may be logged and shown to the client.
 //
-// Match the reason with errors.Is against ErrMissing, ErrExpired, ErrInvalid or
-// ErrAnonymousNotAllowed, or read Reason after errors.As.
+// Match the reason with errors.Is against ErrMissing, ErrExpired, ErrNotYetValid, ErrInvalid
+// or ErrAnonymousNotAllowed, or read Reason after errors.As.
 type Error struct {
 	Stage  Stage
 	Reason Reason
@@ -67,6 +72,7 @@ type Error struct {
 var (
 	ErrMissing             = &Error{Reason: ReasonMissing}
 	ErrExpired             = &Error{Reason: ReasonExpired}
+	ErrNotYetValid         = &Error{Reason: ReasonNotYetValid}
 	ErrInvalid             = &Error{Reason: ReasonInvalid}
 	ErrAnonymousNotAllowed = &Error{Reason: ReasonAnonymousNotAllowed}
 )

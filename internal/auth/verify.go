@@ -20,8 +20,9 @@ type Identity struct {
 	// Claims is the token's payload as encoding/json decodes it (numbers are float64), for the
 	// policy rules' auth variable. Never nil. Shared, so read only.
 	Claims map[string]any
-	// ExpiresAt is the token's exp, after which the session must end with "token expired".
-	// Zero for the anonymous identity and for a token without exp (only with AllowNoExpiry).
+	// ExpiresAt is when the token stops verifying: its exp plus Config.Leeway. The session must
+	// end then with "token expired". Zero for the anonymous identity and for a token without
+	// exp (only with AllowNoExpiry).
 	ExpiresAt time.Time
 	// Anonymous is true for a connection that presented no token.
 	Anonymous bool
@@ -129,7 +130,8 @@ type header struct {
 }
 
 // Verify checks token and returns the identity it proves. A failure is always an *Error:
-// ReasonExpired for a genuine token past its exp, ReasonMissing for "", ReasonInvalid otherwise.
+// ReasonExpired for a genuine token past its exp, ReasonNotYetValid for one whose nbf or iat is
+// still ahead, ReasonMissing for "", ReasonInvalid otherwise.
 //
 // The order matters. The header's alg picks one key family, and only that family's keys (by kid
 // where the token has one) are offered; the signature is checked before any claim, so a forged
@@ -184,7 +186,9 @@ func (v *Verifier) Verify(token string) (Identity, error) {
 	}
 	id := Identity{Subject: sub, Claims: claims}
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
-		id.ExpiresAt = exp.Time
+		// The token verifies until exp plus the leeway, so that is when it stops being in force:
+		// a session that ended at exp would refuse a token Verify has just accepted.
+		id.ExpiresAt = exp.Time.Add(v.leeway)
 	}
 	return id, nil
 }
@@ -310,16 +314,23 @@ func (v *Verifier) claimsError(err error, claims jwt.MapClaims) error {
 	case errors.Is(err, jwt.ErrTokenInvalidAudience):
 		return invalid(StageClaims, fmt.Sprintf("the aud claim does not include %q, the audience auth.audience names", v.cfg.Audience),
 			fmt.Sprintf("issue tokens for audience %q, or set auth.audience to the audience your tokens carry", v.cfg.Audience), err)
+	case (errors.Is(err, jwt.ErrTokenNotValidYet) || errors.Is(err, jwt.ErrTokenUsedBeforeIssued)) && errors.Is(err, jwt.ErrTokenExpired):
+		// Valid only after it expired: no clock makes it pass, so a refresh cannot help.
+		exp, _ := claims.GetExpirationTime()
+		return invalid(StageClaims, fmt.Sprintf("the token expired at %s (exp), yet its nbf or iat is still ahead: it is valid at no time", stamp(exp)),
+			"issue tokens whose nbf and iat are before their exp", err)
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		nbf, _ := claims.GetNotBefore()
-		return invalid(StageClaims, fmt.Sprintf("the token is not valid before %s (nbf), %s from now, beyond the %s leeway",
-			stamp(nbf), until(nbf, now), v.leeway),
-			"use the token once its nbf has passed, or fix the issuer's clock (NTP); auth.leeway allows for skew", err)
+		return &Error{Stage: StageClaims, Reason: ReasonNotYetValid,
+			Detail: fmt.Sprintf("the token is not valid before %s (nbf), %s from now, beyond the %s leeway",
+				stamp(nbf), until(nbf, now), v.leeway),
+			Fix: "use the token once its nbf has passed, or fix the issuer's clock (NTP); auth.leeway allows for skew", Err: err}
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
 		iat, _ := claims.GetIssuedAt()
-		return invalid(StageClaims, fmt.Sprintf("the token was issued at %s (iat), %s in the future, beyond the %s leeway",
-			stamp(iat), until(iat, now), v.leeway),
-			"fix the issuer's clock (NTP); auth.leeway allows for skew", err)
+		return &Error{Stage: StageClaims, Reason: ReasonNotYetValid,
+			Detail: fmt.Sprintf("the token was issued at %s (iat), %s in the future, beyond the %s leeway",
+				stamp(iat), until(iat, now), v.leeway),
+			Fix: "fix the issuer's clock (NTP); auth.leeway allows for skew", Err: err}
 	case errors.Is(err, jwt.ErrTokenExpired):
 		exp, _ := claims.GetExpirationTime()
 		ago := "?"

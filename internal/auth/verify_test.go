@@ -54,7 +54,7 @@ func TestVerifyAccepts(t *testing.T) {
 			want := Identity{
 				Subject:   "user-1",
 				Claims:    map[string]any{"sub": "user-1", "role": "authenticated", "iat": float64(claims["iat"].(int64)), "exp": float64(claims["exp"].(int64))},
-				ExpiresAt: time.Unix(claims["exp"].(int64), 0),
+				ExpiresAt: time.Unix(claims["exp"].(int64), 0).Add(DefaultLeeway),
 			}
 			if diff := cmp.Diff(want, id); diff != "" {
 				t.Errorf("Identity (-want +got):\n%s", diff)
@@ -262,7 +262,12 @@ func TestVerifyExpiry(t *testing.T) {
 		// A client told "expired" refreshes and retries; one whose token is wrong anyway must be
 		// told that instead, or it retries forever.
 		{"expired and wrong issuer", func(c Config) Config { c.Issuer = "https://auth.example"; return c }, with(goodClaims(), "iss", "https://other.example", "exp", testNow.Add(-time.Hour).Unix()), ReasonInvalid, "iss claim"},
-		{"expired and not yet valid", nil, with(goodClaims(), "nbf", testNow.Add(time.Hour).Unix(), "exp", testNow.Add(-time.Hour).Unix()), ReasonInvalid, "not valid before"},
+		{"expired and not yet valid", nil, with(goodClaims(), "nbf", testNow.Add(time.Hour).Unix(), "exp", testNow.Add(-time.Hour).Unix()), ReasonInvalid, "valid at no time"},
+		{"expired and issued in the future", nil, with(goodClaims(), "iat", testNow.Add(time.Hour).Unix(), "exp", testNow.Add(-time.Hour).Unix()), ReasonInvalid, "valid at no time"},
+		// A token whose nbf or iat is ahead is cured by time or a fresh token, like an expired
+		// one: the client must be told token_expired, not sent away for good.
+		{"nbf in the future", nil, with(goodClaims(), "nbf", testNow.Add(time.Hour).Unix()), ReasonNotYetValid, "not valid before 2026-03-01T13:00:00Z (nbf), 1h0m0s from now"},
+		{"iat in the future", nil, with(goodClaims(), "iat", testNow.Add(time.Hour).Unix()), ReasonNotYetValid, "issued at 2026-03-01T13:00:00Z (iat)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -277,8 +282,9 @@ func TestVerifyExpiry(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Verify: %v", err)
 				}
-				if exp, ok := tt.claims["exp"].(int64); ok && !id.ExpiresAt.Equal(time.Unix(exp, 0)) {
-					t.Errorf("ExpiresAt = %v, want %v", id.ExpiresAt, time.Unix(exp, 0))
+				// In force as long as it verifies: until exp plus the leeway.
+				if exp, ok := tt.claims["exp"].(int64); ok && !id.ExpiresAt.Equal(time.Unix(exp, 0).Add(cfg.leeway())) {
+					t.Errorf("ExpiresAt = %v, want exp %v plus the leeway %s", id.ExpiresAt, time.Unix(exp, 0), cfg.leeway())
 				}
 				if _, ok := tt.claims["exp"]; !ok && !id.ExpiresAt.IsZero() {
 					t.Errorf("ExpiresAt = %v, want zero for a token without exp", id.ExpiresAt)
@@ -286,6 +292,10 @@ func TestVerifyExpiry(t *testing.T) {
 				return
 			}
 			e := wantFail(t, v, cfg, token, tt.reason, StageClaims, tt.detail)
+			if tt.reason == ReasonNotYetValid && (!errors.Is(e, ErrNotYetValid) || errors.Is(e, ErrInvalid) || errors.Is(e, ErrExpired)) {
+				t.Errorf("not-yet-valid error matches ErrNotYetValid=%v ErrInvalid=%v ErrExpired=%v, want true, false, false",
+					errors.Is(e, ErrNotYetValid), errors.Is(e, ErrInvalid), errors.Is(e, ErrExpired))
+			}
 			if tt.reason == ReasonExpired {
 				if !errors.Is(e, ErrExpired) || errors.Is(e, ErrInvalid) {
 					t.Errorf("expired error matches ErrExpired=%v ErrInvalid=%v, want true, false", errors.Is(e, ErrExpired), errors.Is(e, ErrInvalid))
@@ -317,10 +327,8 @@ func TestVerifyClaims(t *testing.T) {
 		claims jwt.MapClaims
 		detail string // "" means the token verifies
 	}{
-		{"nbf in the future", nil, with(goodClaims(), "nbf", testNow.Add(time.Hour).Unix()), "not valid before 2026-03-01T13:00:00Z (nbf), 1h0m0s from now"},
 		{"nbf within the leeway", nil, with(goodClaims(), "nbf", testNow.Add(20*time.Second).Unix()), ""},
 		{"nbf past", nil, with(goodClaims(), "nbf", testNow.Add(-time.Hour).Unix()), ""},
-		{"iat in the future", nil, with(goodClaims(), "iat", testNow.Add(time.Hour).Unix()), "issued at 2026-03-01T13:00:00Z (iat)"},
 		{"iat within the leeway", nil, with(goodClaims(), "iat", testNow.Add(10*time.Second).Unix()), ""},
 		{"issuer matches", iss, with(goodClaims(), "iss", "https://auth.example"), ""},
 		{"issuer wrong", iss, with(goodClaims(), "iss", "https://evil.example"), `iss claim is not "https://auth.example"`},

@@ -41,10 +41,12 @@
 //  2. One marker per key. The first loss for K opens K's marker: First = Last = the frame's
 //     Pos, Lost = 1, Reason = why it was lost. While that marker is unsent, every later frame
 //     for K is lost into it too, whatever room the lane has: Last becomes its Pos and Lost
-//     grows, while First and Reason stay. Each lost frame is counted under its marker's
-//     reason. So K's view stays contiguous: the client sees K's data up to the gap, exactly
-//     one marker naming the whole gap, then K's data after it, and never a frame from inside a
-//     range it was told was lost.
+//     grows, while First and Reason stay. A frame standing for a range (Frame.First) counts
+//     as its range's length, and one whose length is unknown makes Lost 0, unknown, for the
+//     rest of the marker's life: a count is given only when it is exact. Each lost frame is
+//     counted under its marker's reason. So K's view stays contiguous: the client sees K's
+//     data up to the gap, exactly one marker naming the whole gap, then K's data after it, and
+//     never a frame from inside a range it was told was lost.
 //  3. Order. A marker records as its barrier the number of data frames admitted when it
 //     opened. It is ready once the writer has taken that many, i.e. every frame admitted
 //     before the first loss, K's included, went out in an earlier batch. Only ready markers

@@ -20,22 +20,21 @@ type Frame struct {
 	// "epoch:offset"). A Marker names its lost range with these.
 	Pos string
 	// First and Count are for a frame that itself stands for a range of items (a resync the
-	// producer sends): the range's first position and its length. Lost, such a frame widens
-	// its key's marker by the whole range. Zero for an ordinary frame: Pos, and one item.
+	// producer sends): a non-empty First is the range's first position, and Count its length,
+	// 0 when the producer does not know it. Lost, such a frame widens its key's marker by the
+	// whole range, and a range of unknown length leaves the marker's count unknown. Both zero
+	// for an ordinary frame: Pos, and one item.
 	First string
 	Count uint64
 }
 
-// span is the first position and the number of items f stands for.
+// span is the first position f stands for and how many items: 1 for an ordinary frame, a
+// range's Count, 0 when that is unknown.
 func (f *Frame) span() (string, uint64) {
-	first, n := f.First, f.Count
-	if first == "" {
-		first = f.Pos
+	if f.First == "" {
+		return f.Pos, 1
 	}
-	if n == 0 {
-		n = 1
-	}
-	return first, n
+	return f.First, f.Count
 }
 
 // Size is the frame's length on the wire, which is what the data lane's byte bound counts.
@@ -148,7 +147,11 @@ func (l *Lanes) PushData(f Frame) bool {
 		// a frame from after the gap ahead of the marker that announces the gap.
 		_, n := f.span()
 		m.Last = f.Pos
-		m.Lost += n
+		if m.Lost != 0 && n != 0 {
+			m.Lost += n
+		} else {
+			m.Lost = 0 // one range of unknown length makes the whole gap's count unknown
+		}
 		reason := m.Reason // m belongs to the writer again once mu is released
 		l.mu.Unlock()
 		l.stats.lost(reason)

@@ -24,7 +24,7 @@ type Marker struct {
 	Reason DropReason // why the first of them was lost; later losses join the same gap
 	First  string     // Pos of the first lost frame
 	Last   string     // Pos of the last lost frame so far
-	Lost   uint64     // how many frames were lost, First and Last included
+	Lost   uint64     // how many items were lost, First and Last included; 0 when unknown
 }
 
 // marker is an outstanding Marker in a Lanes' table. Everything in it is guarded by Lanes.mu.

@@ -36,7 +36,9 @@ func (r *Router) Accept(_ context.Context, txn *change.Txn) error {
 }
 
 // overflow tells every subscriber of a table an oversized transaction touched that its view is
-// stale from that transaction on.
+// stale from that transaction on. The resync counts what was lost only where the count is
+// exact: an unfiltered subscription would have had each of the table's n changes; how many a
+// filter would have let through is unknown, so a filtered one's resync has no lost.
 func (r *Router) overflow(txn *change.Txn) {
 	for name, n := range txn.Overflow.Tables {
 		t := r.tables[name]
@@ -46,9 +48,13 @@ func (r *Router) overflow(txn *change.Txn) {
 		first := wire.TablePosition(txn.CommitLSN, 1)
 		last := wire.TablePosition(txn.CommitLSN, uint32(txn.Overflow.Changes))
 		t.each(func(e *entry) {
-			frame, err := wire.AppendFrame(nil, &wire.Resync{Sub: e.sub, First: first, Last: last, Lost: uint64(n), Reason: wire.ResyncTransactionTooLarge})
+			var lost uint64
+			if e.filter.String() == "null" { // the filter that matches every row
+				lost = uint64(n)
+			}
+			frame, err := wire.AppendFrame(nil, &wire.Resync{Sub: e.sub, First: first, Last: last, Lost: lost, Reason: wire.ResyncTransactionTooLarge})
 			if err == nil {
-				e.target.DeliverFrame(e.sub, frame, first.String(), last.String(), uint64(txn.Overflow.Changes))
+				e.target.DeliverFrame(e.sub, frame, first.String(), last.String(), lost)
 				r.delivered.Add(1)
 			}
 		})

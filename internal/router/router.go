@@ -20,7 +20,7 @@ type Target interface {
 	// Deliver queues one change frame body of sub; the target adds its head.
 	Deliver(sub string, body []byte, pos string)
 	// DeliverFrame queues one whole frame of sub (a resync), in order with its data, standing
-	// for count items from first to pos.
+	// for count items from first to pos; count is 0 when unknown.
 	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
 }
 

@@ -32,22 +32,26 @@ var schema = fakeSchema{"public.items": {Columns: []filter.Column{
 type recorder struct {
 	mu     sync.Mutex
 	frames map[string][]map[string]any // guarded by mu
+	counts map[string][]uint64         // guarded by mu: the items each frame stands for
 	n      int
 }
 
-func newRecorder() *recorder { return &recorder{frames: map[string][]map[string]any{}} }
+func newRecorder() *recorder {
+	return &recorder{frames: map[string][]map[string]any{}, counts: map[string][]uint64{}}
+}
 
 func (r *recorder) Deliver(sub string, body []byte, pos string) {
 	r.DeliverFrame(sub, append(wire.AppendDataHead(nil, wire.FrameChange, sub), body...), "", pos, 1)
 }
 
-func (r *recorder) DeliverFrame(sub string, frame []byte, _, _ string, _ uint64) {
+func (r *recorder) DeliverFrame(sub string, frame []byte, _, _ string, count uint64) {
 	var m map[string]any
 	if err := json.Unmarshal(frame, &m); err != nil {
 		panic(fmt.Sprintf("invalid frame %s: %v", frame, err))
 	}
 	r.mu.Lock()
 	r.frames[sub] = append(r.frames[sub], m)
+	r.counts[sub] = append(r.counts[sub], count)
 	r.n++
 	r.mu.Unlock()
 }
@@ -186,11 +190,20 @@ func TestOverflowBecomesAResyncForEverySubscriber(t *testing.T) {
 	subscribe(t, r, rec, "acme", `{"eq":["org_id","acme"]}`)
 	subscribe(t, r, rec, "all", "")
 	_ = r.Accept(context.Background(), &change.Txn{CommitLSN: 99, EndLSN: 100,
-		Overflow: &change.Overflow{Tables: map[string]int{"public.items": 5000}, Changes: 5000}})
-	for _, sub := range []string{"acme", "all"} {
-		fs := rec.frames[sub]
-		if len(fs) != 1 || fs[0]["type"] != "resync" || fs[0]["reason"] != "transaction_too_large" || fs[0]["lost"] != float64(5000) {
-			t.Errorf("%s frames %v, want one transaction_too_large resync", sub, fs)
+		Overflow: &change.Overflow{Tables: map[string]int{"public.items": 5000, "public.other": 2000}, Changes: 7000}})
+	// lost is given only when exact: an unfiltered subscription would have had every one of
+	// the table's changes, a filtered one an unknown few of them.
+	for _, tt := range []struct {
+		sub   string
+		lost  any
+		count uint64
+	}{{"acme", nil, 0}, {"all", float64(5000), 5000}} {
+		fs := rec.frames[tt.sub]
+		if len(fs) != 1 || fs[0]["type"] != "resync" || fs[0]["reason"] != "transaction_too_large" || fs[0]["lost"] != tt.lost {
+			t.Errorf("%s frames %v, want one transaction_too_large resync with lost %v", tt.sub, fs, tt.lost)
+		}
+		if got := rec.counts[tt.sub]; len(got) != 1 || got[0] != tt.count {
+			t.Errorf("%s resync stands for %v items, want %d (0: unknown)", tt.sub, got, tt.count)
 		}
 	}
 }

@@ -79,7 +79,11 @@ func (r *running) halt(t *testing.T) {
 
 func token(t *testing.T, sub string, exp time.Time) string {
 	t.Helper()
-	claims := jwt.MapClaims{"sub": sub, "exp": exp.Unix()}
+	return tokenClaims(t, jwt.MapClaims{"sub": sub, "exp": exp.Unix()})
+}
+
+func tokenClaims(t *testing.T, claims jwt.MapClaims) string {
+	t.Helper()
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(testSecret))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 func TestUpgradeWithoutSubprotocolIsRefused(t *testing.T) {
@@ -37,8 +38,9 @@ func TestConnectAndWelcome(t *testing.T) {
 	if w["id"] != "c1" || w["v"] != float64(1) || w["session"] == "" || limits == nil || limits["max_subscriptions"] != float64(4) {
 		t.Errorf("welcome = %v", w)
 	}
-	if in, _ := w["expires_in"].(float64); in < 3500 || in > 3600 {
-		t.Errorf("welcome expires_in = %v, want about 3600", w["expires_in"])
+	// The token is in force until its exp plus the leeway (30 s by default).
+	if in, _ := w["expires_in"].(float64); in < 3500 || in > 3630 {
+		t.Errorf("welcome expires_in = %v, want about 3630", w["expires_in"])
 	}
 }
 
@@ -77,6 +79,8 @@ func TestAuthFailures(t *testing.T) {
 		{"bad signature", `{"type":"connect","id":"a","token":"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl"}`, "unauthorized", 4101},
 		{"expired", `{"type":"connect","id":"a","token":"` + token(t, "u", time.Now().Add(-time.Hour)) + `"}`, "token_expired", 4100},
 		{"no token, anonymous not allowed", `{"type":"connect","id":"a"}`, "unauthorized", 4101},
+		// Not valid yet is cured by a fresh token, like expired: the same code and close.
+		{"nbf in the future", `{"type":"connect","id":"a","token":"` + tokenClaims(t, jwt.MapClaims{"sub": "u", "exp": time.Now().Add(2 * time.Hour).Unix(), "nbf": time.Now().Add(time.Hour).Unix()}) + `"}`, "token_expired", 4100},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,6 +272,7 @@ func TestPublishAPI(t *testing.T) {
 func TestRefreshAndExpiry(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Session.ExpiryWarning = 500 * time.Millisecond
+	cfg.Auth.Leeway = -1 // none: the token is in force until its exp
 	r := start(t, cfg)
 	c := dial(t, r)
 	c.send(`{"type":"connect","id":"c","token":"` + token(t, "user-1", time.Now().Add(2*time.Second)) + `"}`)
@@ -285,6 +290,40 @@ func TestRefreshAndExpiry(t *testing.T) {
 	c.expect("expiring")
 	c.expectError("token_expired", "")
 	c.expectClose(4100)
+}
+
+// TestTokenWithinTheLeewayIsWarnedThenClosed: a token that expired a moment ago but within
+// auth.leeway verifies, so it stays in force until its exp plus the leeway: welcome says so,
+// and an expiring warning comes before the close.
+func TestTokenWithinTheLeewayIsWarnedThenClosed(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Auth.Leeway = 8 * time.Second
+	cfg.Session.ExpiryWarning = time.Minute
+	r := start(t, cfg)
+	c := dial(t, r)
+	exp := time.Now().Add(-5 * time.Second)
+	c.send(`{"type":"connect","id":"c","token":"` + token(t, "user-1", exp) + `"}`)
+	w := c.expect("welcome")
+	if in, _ := w["expires_in"].(float64); in <= 0 {
+		t.Errorf("welcome %v: expires_in %v, want the seconds left until exp plus the leeway", w, w["expires_in"])
+	}
+	e := c.expect("expiring")
+	if in, _ := e["expires_in"].(float64); in <= 0 {
+		t.Errorf("expiring %v: expires_in %v, want the seconds left", e, e["expires_in"])
+	}
+	c.expectError("token_expired", "")
+	c.expectClose(4100)
+}
+
+// TestRefreshWithATokenNotValidYet: the refresh is refused as token_expired and the old token
+// stays in force.
+func TestRefreshWithATokenNotValidYet(t *testing.T) {
+	r := start(t, baseConfig())
+	c, _ := connect(t, r)
+	c.send(`{"type":"refresh","id":"r","token":"` + tokenClaims(t, jwt.MapClaims{"sub": "user-1", "exp": time.Now().Add(2 * time.Hour).Unix(), "nbf": time.Now().Add(time.Hour).Unix()}) + `"}`)
+	c.expectError("token_expired", "r")
+	c.send(`{"type":"ping","id":"p"}`)
+	c.expect("pong")
 }
 
 func TestConnectionLimit(t *testing.T) {

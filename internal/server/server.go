@@ -159,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 			schema.Close()
 			return nil, err
 		}
-		s.schema, s.tables, s.feed = schema, &tables{router: r}, feed
+		s.schema, s.tables, s.feed = schema, &tables{router: r, walEnd: schema.WALEnd}, feed
 	}
 	s.metrics = newMetrics(s)
 	return s, nil

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // sseEvent is one event of a stream.
@@ -158,10 +160,14 @@ func TestSSERefusals(t *testing.T) {
 		url    string
 		header http.Header
 		status int
+		code   string
 	}{
-		{"no token", "/v1/sse", nil, 401},
-		{"bad subscription", "/v1/sse?sub=feed", bearerHeader(t, "u"), 400},
-		{"bad Last-Event-ID", "/v1/sse?sub=feed&channel=x", http.Header{"Authorization": bearerHeader(t, "u")["Authorization"], "Last-Event-Id": {"garbage"}}, 400},
+		{"no token", "/v1/sse", nil, 401, "unauthorized"},
+		{"bad subscription", "/v1/sse?sub=feed", bearerHeader(t, "u"), 400, "bad_frame"},
+		{"bad Last-Event-ID", "/v1/sse?sub=feed&channel=x", http.Header{"Authorization": bearerHeader(t, "u")["Authorization"], "Last-Event-Id": {"garbage"}}, 400, "bad_frame"},
+		{"Last-Event-ID without a URL subscription", "/v1/sse", http.Header{"Authorization": bearerHeader(t, "u")["Authorization"], "Last-Event-Id": {"feed 16/B374D848.3"}}, 400, "bad_position"},
+		{"garbled last_event_id without a URL subscription", "/v1/sse?last_event_id=garbage", bearerHeader(t, "u"), 400, "bad_frame"},
+		{"token not valid yet", "/v1/sse", http.Header{"Authorization": {"Bearer " + tokenClaims(t, jwt.MapClaims{"sub": "u", "exp": time.Now().Add(2 * time.Hour).Unix(), "nbf": time.Now().Add(time.Hour).Unix()})}}, 401, "token_expired"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,9 +175,13 @@ func TestSSERefusals(t *testing.T) {
 			if c != nil {
 				t.Fatalf("stream opened, want %d", tt.status)
 			}
-			resp.Body.Close()
-			if resp.StatusCode != tt.status {
-				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
+			defer resp.Body.Close()
+			var body struct{ Code string }
+			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+				t.Fatalf("body: %v", err)
+			}
+			if resp.StatusCode != tt.status || body.Code != tt.code {
+				t.Errorf("status %d, code %q, want %d, %q", resp.StatusCode, body.Code, tt.status, tt.code)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/filter"
 	"github.com/heraldrt/herald/internal/router"
@@ -18,14 +19,102 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// tables adapts the router to what sessions ask of it.
-type tables struct{ router *router.Router }
+// tables adapts the router to what sessions ask of it, and checks and honours a resumed
+// subscription's from (docs/PROTOCOL.md, "Resuming").
+type tables struct {
+	router *router.Router
+	// walEnd reads the database's current WAL position: no commit this database has made can
+	// be at or past it, so a from there is from somewhere else.
+	walEnd func(context.Context) (change.LSN, error)
+}
 
 var _ session.Tables = (*tables)(nil)
 
+// Subscribe attaches a table subscription. A from ahead of what the router has routed is
+// legitimate after a restart: the new process re-reads what the slot had not confirmed, and
+// the client may have received some of it before the crash. So everything at or before from
+// is held back (see floor), and only a from at or past the database's WAL end, which no commit
+// of this database can have reached, is refused with bad_position.
 func (t *tables) Subscribe(ctx context.Context, s session.Subscriber, f *wire.Subscribe) (session.TableSubscription, error) {
-	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: s})
-	return session.TableSubscription{Head: sub.Head, Key: sub.Key, Unsubscribe: unsubscribe}, err
+	var target router.Target = s
+	if !f.From.IsZero() {
+		// Installed before the subscription attaches: what is routed between attaching and the
+		// check below is already held back.
+		target = &floor{Subscriber: s, from: f.From}
+	}
+	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target})
+	ts := session.TableSubscription{Head: sub.Head, Key: sub.Key, Unsubscribe: unsubscribe}
+	if err != nil || f.From.LSN <= sub.Head.LSN {
+		return ts, err
+	}
+	end, err := t.walEnd(ctx)
+	if err != nil {
+		unsubscribe()
+		return session.TableSubscription{}, &wire.Error{Code: wire.CodeUnavailable,
+			Message: "the database did not say how far its WAL reaches, to check from; retry with backoff", Err: err}
+	}
+	if f.From.LSN >= end {
+		unsubscribe()
+		return session.TableSubscription{}, &wire.Error{Code: wire.CodeBadPosition, Field: "from", Message: fmt.Sprintf(
+			"from %s is past the end of this database's change stream (its WAL ends at %s): it comes from another database or deployment; subscribe without from and re-read the view",
+			f.From, end)}
+	}
+	return ts, nil
+}
+
+// floor holds back a resumed table subscription's frames at or before its from, which the
+// client already has: after a restart the router re-routes what the slot had not confirmed.
+// Frames come in commit order, so once one is past from, every later one is, and the floor
+// is lifted. Its fields are owned by the router's Accept, which routes one transaction at a
+// time under the router's lock and is the only caller of Deliver and DeliverFrame.
+type floor struct {
+	session.Subscriber
+	from   wire.Position
+	passed bool
+}
+
+// Deliver passes on a change frame after from.
+func (f *floor) Deliver(sub string, body []byte, pos string) {
+	if f.holds(pos) {
+		return
+	}
+	f.Subscriber.Deliver(sub, body, pos)
+}
+
+// DeliverFrame passes on a resync unless all it covers, up to pos, is at or before from.
+func (f *floor) DeliverFrame(sub string, frame []byte, first, pos string, count uint64) {
+	if f.holds(pos) {
+		return
+	}
+	f.Subscriber.DeliverFrame(sub, frame, first, pos, count)
+}
+
+// holds reports whether the item at pos is at or before from, and lifts the floor at the
+// first one past it.
+func (f *floor) holds(pos string) bool {
+	if f.passed {
+		return false
+	}
+	p, err := wire.ParsePosition(pos)
+	if err == nil && p.IsTable() && !after(p, f.from) {
+		return true
+	}
+	f.passed = true
+	return false
+}
+
+// after reports whether table position p comes after q: by LSN, then, within one transaction,
+// by index, where index 0 stands after the whole transaction.
+func after(p, q wire.Position) bool {
+	switch {
+	case p.LSN != q.LSN:
+		return p.LSN > q.LSN
+	case q.Idx == 0:
+		return false
+	case p.Idx == 0:
+		return true
+	}
+	return p.Idx > q.Idx
 }
 
 // schemaTTL bounds how long what the catalog says of a table is trusted: a column added by
@@ -73,6 +162,20 @@ func newPGSchema(ctx context.Context, url, publication string) (*pgSchema, error
 }
 
 func (p *pgSchema) Close() { p.pool.Close() }
+
+// WALEnd returns how far the database's WAL reaches: the current write position on a primary,
+// the replay position on a standby. Every commit it has made is before it.
+func (p *pgSchema) WALEnd(ctx context.Context) (change.LSN, error) {
+	var text *string
+	err := p.pool.QueryRow(ctx, `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text`).Scan(&text)
+	if err != nil {
+		return 0, fmt.Errorf("read the WAL position: %w", err)
+	}
+	if text == nil {
+		return 0, fmt.Errorf("read the WAL position: the standby has replayed nothing")
+	}
+	return change.ParseLSN(*text)
+}
 
 // tableQuery describes one table as the publication $3 streams it: its replica identity, its
 // key (the identity index's columns, else the primary key's), and its published columns in

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/testenv"
+	"github.com/heraldrt/herald/internal/wire"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -385,4 +386,37 @@ func serverMajor(t *testing.T, url string) int {
 	}
 	defer conn.Close(context.Background())
 	return major(conn.PgConn().ParameterStatus("server_version"))
+}
+
+// TestTableFromPastTheStream: a from no commit of this database can have reached is refused
+// with bad_position; one ahead of what the node has routed but inside the WAL (a client that
+// resumes after the node restarted) is taken, starts after it, and gets what follows.
+func TestTableFromPastTheStream(t *testing.T) {
+	r, url := startWithDB(t, itemsDDL)
+	first, _ := connect(t, r)
+	tableSub(first, "first", "", "")
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (1, 'acme')`)
+	ch := first.expect("change")
+	c, _ := connect(t, r)
+
+	c.send(`{"type":"subscribe","id":"far","sub":"far","table":"public.items","from":"FFFFFFFF/FFFFFFFF.1"}`)
+	if m := c.expectError("bad_position", "far"); m["field"] != "from" {
+		t.Errorf("error %v, want field from", m)
+	}
+
+	// The commit of row 1 ends after its commit LSN, so one byte past it is inside the WAL,
+	// and ahead of the router's head.
+	commit, err := wire.ParsePosition(ch["pos"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := wire.TablePosition(commit.LSN+1, 0).String()
+	c.send(`{"type":"subscribe","id":"near","sub":"near","table":"public.items","from":"` + ahead + `"}`)
+	if m := c.expect("subscribed"); m["pos"] != ahead {
+		t.Errorf("subscribed %v, want pos %s: the from it resumes after", m, ahead)
+	}
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (2, 'acme')`)
+	if m := c.expect("change"); m["sub"] != "near" || m["row"].(map[string]any)["id"] != float64(2) {
+		t.Errorf("change %v, want row 2 on near", m)
+	}
 }

@@ -14,7 +14,8 @@
 //
 // # Lifecycle
 //
-// New makes a session for an identity that has already been verified. Run writes until the
+// New makes a session for an identity that has already been verified. Run starts the token's
+// expiry timer (the warning, then the close with 4100 at Identity.ExpiresAt) and writes until the
 // session closes and returns when its writer has ended, after every subscription has been let
 // go. Close may be called from any goroutine, any number of times: the first call wins. The
 // writer then writes the control frames still queued (the error that explains the close, say)

@@ -153,7 +153,7 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	// Under mu, so nothing of this subscription is queued before these: subscribed, the
 	// resume gap if any, then what arrived while they were being prepared.
 	s.Send(&wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos, Key: key})
-	if gap := resumeGap(f.Sub, f.From, head); gap != nil {
+	if gap := resumeGap(f, head); gap != nil {
 		s.Send(gap)
 	}
 	for _, fr := range su.buffered {
@@ -181,16 +181,20 @@ func checkFrom(f *wire.Subscribe, head wire.Position) *wire.Error {
 	return nil
 }
 
-// resumeGap is the resync a resumed channel subscription needs: this server keeps no history
-// yet, so every item between from and the channel's head is reported lost, and a from of
-// another epoch means the stream was reset.
-func resumeGap(sub string, from, head wire.Position) *wire.Resync {
+// resumeGap is the resync a resumed subscription needs: this server keeps no history yet, so
+// every item between from and the stream's head is reported lost, and a from of another epoch
+// means the stream was reset. The resync says how many were lost only when that is exact: for
+// a channel without an event filter, every offset between from and the head was one
+// publication this subscription would have had.
+func resumeGap(f *wire.Subscribe, head wire.Position) *wire.Resync {
+	sub, from := f.Sub, f.From
 	switch {
 	case from.IsZero() || head.IsZero():
 		return nil
 	case from.IsTable():
 		// No table history is kept yet: every change after from up to the head is lost. A from
-		// past the head is a change this node has not routed yet, and will.
+		// past the head is a change this node has not routed yet (it restarted, and re-reads
+		// what its slot had not confirmed): Tables holds back everything up to it.
 		if from.LSN < head.LSN || from.LSN == head.LSN && from.Idx > 0 {
 			first := wire.Position{}
 			if from.Idx > 0 {
@@ -202,8 +206,12 @@ func resumeGap(sub string, from, head wire.Position) *wire.Resync {
 	case from.Epoch != head.Epoch:
 		return &wire.Resync{Sub: sub, Last: head, Reason: wire.ResyncStreamReset}
 	case from.Offset < head.Offset:
-		return &wire.Resync{Sub: sub, First: wire.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
-			Lost: head.Offset - from.Offset, Reason: wire.ResyncHistoryExpired}
+		r := &wire.Resync{Sub: sub, First: wire.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
+			Reason: wire.ResyncHistoryExpired}
+		if f.Event == "" {
+			r.Lost = head.Offset - from.Offset
+		}
+		return r
 	}
 	return nil
 }
@@ -276,7 +284,9 @@ func (s *Session) refresh(f *wire.Refresh) {
 	s.Send(r)
 }
 
-// AuthError is the error frame for a token that did not verify.
+// AuthError is the error frame for a token that did not verify: token_expired for one that has
+// expired or is not valid yet (a fresh token cures both), unauthorized otherwise. At connect it
+// is followed by the close code AuthCloseCode gives.
 func AuthError(id string, err error) *wire.Error {
 	var ae *auth.Error
 	msg := "the token did not verify"
@@ -287,8 +297,17 @@ func AuthError(id string, err error) *wire.Error {
 		}
 	}
 	code := wire.CodeUnauthorized
-	if errors.Is(err, auth.ErrExpired) {
+	if errors.Is(err, auth.ErrExpired) || errors.Is(err, auth.ErrNotYetValid) {
 		code = wire.CodeTokenExpired
 	}
 	return &wire.Error{ID: id, Code: code, Field: "token", Message: msg}
+}
+
+// AuthCloseCode is the close code that follows AuthError's frame e at connect: 4100 with
+// token_expired, 4101 otherwise, so the frame and the close always say the same.
+func AuthCloseCode(e *wire.Error) wire.CloseCode {
+	if e.Code == wire.CodeTokenExpired {
+		return wire.CloseTokenExpired
+	}
+	return wire.CloseAuthFailed
 }

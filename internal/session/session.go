@@ -39,7 +39,9 @@ type Channels interface {
 
 // Tables is the table router as a session uses it.
 type Tables interface {
-	// Subscribe validates and attaches a table subscription. Errors are *wire.Error.
+	// Subscribe validates and attaches a table subscription. A from past the end of the
+	// database's stream is refused with bad_position; nothing at or before a from is
+	// delivered. Errors are *wire.Error.
 	Subscribe(ctx context.Context, s Subscriber, f *wire.Subscribe) (TableSubscription, error)
 }
 
@@ -56,7 +58,8 @@ type Subscriber interface {
 	// position's text form.
 	Deliver(sub string, body []byte, pos string)
 	// DeliverFrame queues one whole frame of sub (a resync), in order with its data. It stands
-	// for count items from first to pos: if it cannot be queued, sub's marker covers them all.
+	// for count items (0: an unknown number) from first, which must not be empty, to pos: if it
+	// cannot be queued, sub's marker covers them all.
 	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
 }
 
@@ -149,7 +152,7 @@ type Session struct {
 	mu       sync.Mutex
 	identity auth.Identity            // guarded by mu
 	subs     map[string]*subscription // guarded by mu
-	expiry   *time.Timer              // guarded by mu: sends expiring, then closes
+	expiry   *time.Timer              // guarded by mu: sends expiring, then closes; stopped by finish and Abort
 	closed   bool                     // guarded by mu: no subscription may be added
 
 	gen          uint64        // guarded by mu: subscriptions made, for lane keys
@@ -198,9 +201,6 @@ func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error)
 		done:      make(chan struct{}),
 	}
 	s.log = cfg.Logger.With("session", s.id)
-	s.mu.Lock()
-	s.armExpiry()
-	s.mu.Unlock()
 	return s, nil
 }
 
@@ -271,7 +271,7 @@ func (s *Session) Deliver(sub string, body []byte, pos string) {
 }
 
 // DeliverFrame queues a whole frame of sub, with no head: a resync in order with its data,
-// standing for count items from first to pos.
+// standing for count items (0 when unknown) from first to pos.
 func (s *Session) DeliverFrame(sub string, frame []byte, first, pos string, count uint64) {
 	s.deliver(sub, delivery.Frame{Body: frame, Pos: pos, First: first, Count: count}, false)
 }
@@ -364,6 +364,13 @@ func (s *Session) Closing() <-chan struct{} { return s.closing }
 // lets go of every subscription. It returns once it has ended.
 func (s *Session) Run(ctx context.Context) {
 	defer close(s.done)
+	// The token's clock starts with the writer, not in New: the transport queues welcome
+	// before it runs the writer, and an expiring warning must not overtake it.
+	s.mu.Lock()
+	if !s.closed && s.expiry == nil {
+		s.armExpiry()
+	}
+	s.mu.Unlock()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -512,8 +519,11 @@ func (s *Session) watchStall(ctx context.Context) {
 	}
 }
 
-// armExpiry schedules the expiring warning and the close at the token's expiry. Called with
-// mu held.
+// armExpiry schedules the expiring warning and, at the token's expiry, the close. The warning
+// always goes out first, even when the token has less than ExpiryWarning left (one accepted
+// within the leeway, say), so a client is never closed for expiry without having been told.
+// The timer is the session's: it is stopped when the session ends or the token is replaced,
+// and what it runs never outlives it. Called with mu held.
 func (s *Session) armExpiry() {
 	if s.expiry != nil {
 		s.expiry.Stop()
@@ -523,26 +533,29 @@ func (s *Session) armExpiry() {
 	if at.IsZero() {
 		return
 	}
-	warnAt := at.Add(-s.cfg.ExpiryWarning)
-	now := s.cfg.Now()
+	warned := false // guarded by mu
 	var fire func()
 	fire = func() {
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		if s.closed || !s.identity.ExpiresAt.Equal(at) {
-			return // refreshed meanwhile
+			s.mu.Unlock()
+			return // ended, or refreshed meanwhile
 		}
 		now := s.cfg.Now()
-		if now.Before(at) {
-			s.mu.Unlock()
+		if !warned {
+			// Under mu, so a refresh cannot slip in between the warning and the rearm.
+			warned = true
 			s.Send(&wire.Expiring{ExpiresAt: at, ExpiresIn: at.Sub(now).Truncate(time.Second)})
-			s.mu.Lock()
+		}
+		if now.Before(at) {
 			s.expiry = time.AfterFunc(at.Sub(now), fire)
+			s.mu.Unlock()
 			return
 		}
-		go s.Fail(wire.Errorf(wire.CodeTokenExpired, "the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339)), wire.CloseTokenExpired)
+		s.mu.Unlock()
+		s.Fail(wire.Errorf(wire.CodeTokenExpired, "the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339)), wire.CloseTokenExpired)
 	}
-	d := warnAt.Sub(now)
+	d := at.Add(-s.cfg.ExpiryWarning).Sub(s.cfg.Now())
 	if d < 0 {
 		d = 0
 	}

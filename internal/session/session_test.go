@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/wire"
 	"go.uber.org/goleak"
@@ -104,5 +106,42 @@ func TestNothingOfAnEndedSubscriptionFollowsItsUnsubscribed(t *testing.T) {
 			t.Fatalf("the new subscription's frame never came: %q", frames)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestResumeGap: the resync a resumed subscription starts with. lost is given only when it is
+// exact, and absent otherwise: a client must never read "0 lost" into a gap of thousands.
+func TestResumeGap(t *testing.T) {
+	tbl := func(lsn uint64, idx uint32) wire.Position { return wire.TablePosition(change.LSN(lsn), idx) }
+	ch := wire.ChannelPosition
+	tests := []struct {
+		name string
+		f    wire.Subscribe
+		head wire.Position
+		want *wire.Resync
+	}{
+		{"no from", wire.Subscribe{Sub: "s", Channel: "c"}, ch("e", 9), nil},
+		{"channel at its head", wire.Subscribe{Sub: "s", Channel: "c", From: ch("e", 9)}, ch("e", 9), nil},
+		{"channel behind its head", wire.Subscribe{Sub: "s", Channel: "c", From: ch("e", 4)}, ch("e", 9),
+			&wire.Resync{Sub: "s", First: ch("e", 5), Last: ch("e", 9), Lost: 5, Reason: wire.ResyncHistoryExpired}},
+		// Offsets count every publication; the event filter would have passed an unknown few.
+		{"channel with an event filter", wire.Subscribe{Sub: "s", Channel: "c", Event: "chat", From: ch("e", 4)}, ch("e", 9),
+			&wire.Resync{Sub: "s", First: ch("e", 5), Last: ch("e", 9), Reason: wire.ResyncHistoryExpired}},
+		{"channel of another epoch", wire.Subscribe{Sub: "s", Channel: "c", From: ch("old", 4)}, ch("e", 9),
+			&wire.Resync{Sub: "s", Last: ch("e", 9), Reason: wire.ResyncStreamReset}},
+		{"table behind its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x10, 0)}, tbl(0x90, 0),
+			&wire.Resync{Sub: "s", Last: tbl(0x90, 0), Reason: wire.ResyncHistoryExpired}},
+		{"table inside the head's transaction", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x90, 2)}, tbl(0x90, 0),
+			&wire.Resync{Sub: "s", First: tbl(0x90, 3), Last: tbl(0x90, 0), Reason: wire.ResyncHistoryExpired}},
+		{"table at its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x90, 0)}, tbl(0x90, 0), nil},
+		{"table ahead of its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x99, 1)}, tbl(0x90, 0), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := resumeGap(&tt.f, tt.head)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("resumeGap (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

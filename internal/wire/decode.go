@@ -109,7 +109,8 @@ func DecodeServer(b []byte, limit int) (Frame, error) {
 	case FrameWelcome:
 		f = r.welcome()
 	case FrameSubscribed:
-		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", required),
+		// A pattern subscription spans channels, so its subscribed carries no position.
+		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", optional),
 			Key: r.strings("key", `"key":["id"]`)}
 	case FrameUnsubscribed:
 		f = &Unsubscribed{

@@ -230,6 +230,8 @@ func TestDecodeServerFrames(t *testing.T) {
 			&Subscribed{ID: "2", Sub: "s1", Pos: TablePosition(0x16B374D848, 0), Key: []string{"id"}}},
 		{"subscribed channel", `{"type":"subscribed","sub":"s1","pos":{"epoch":"e","offset":0}}`,
 			&Subscribed{Sub: "s1", Pos: ChannelPosition("e", 0)}},
+		// A pattern spans channels: its subscribed has no position, and a client must read it.
+		{"subscribed pattern", `{"type":"subscribed","id":"2","sub":"s1"}`, &Subscribed{ID: "2", Sub: "s1"}},
 		{"unsubscribed answer", `{"type":"unsubscribed","id":"3","sub":"s1"}`, &Unsubscribed{ID: "3", Sub: "s1"}},
 		{"unsubscribed by the server", `{"type":"unsubscribed","sub":"s1","code":"forbidden","message":"no longer allowed"}`,
 			&Unsubscribed{Sub: "s1", Code: CodeForbidden, Message: "no longer allowed"}},

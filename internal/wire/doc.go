@@ -42,7 +42,7 @@ package wire
 //	  subscribe {id, sub, table|channel,
 //	             filter?, columns?, event?,
 //	             from?, mode?}          ->
-//	                                    <-     subscribed {id, sub, pos}      (once live)
+//	                                    <-     subscribed {id, sub, pos?}     (once live)
 //	                                    <-     change {sub, pos, idx, op, ...}  (table data)
 //	                                    <-     message {sub, pos, channel, event, data}
 //	                                    <-     resync {sub, first, last, lost, reason}

@@ -46,6 +46,7 @@ var goldenFrames = []struct {
 		`{"type":"subscribed","id":"2","sub":"s1","pos":"16/B374D848"}`},
 	{"subscribed with a key", &Subscribed{ID: "2", Sub: "s1", Pos: TablePosition(0x16B374D848, 0), Key: []string{"org", "id"}},
 		`{"type":"subscribed","id":"2","sub":"s1","pos":"16/B374D848","key":["org","id"]}`},
+	{"subscribed pattern", &Subscribed{ID: "2", Sub: "s1"}, `{"type":"subscribed","id":"2","sub":"s1"}`},
 	{"unsubscribed", &Unsubscribed{ID: "3", Sub: "s1"}, `{"type":"unsubscribed","id":"3","sub":"s1"}`},
 	{"unsubscribed by the server", &Unsubscribed{Sub: "s1", Code: CodeForbidden, Message: "policy now denies public.items"},
 		`{"type":"unsubscribed","sub":"s1","code":"forbidden","message":"policy now denies public.items"}`},

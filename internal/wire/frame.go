@@ -37,7 +37,8 @@ const (
 	// FrameWelcome: {id?, v, session, expires_at?, expires_in?, limits}. The answer to connect
 	// (WebSocket) or the first event of a stream (SSE).
 	FrameWelcome FrameType = "welcome"
-	// FrameSubscribed: {id?, sub, pos, key?}. The subscription is live; data after pos follows.
+	// FrameSubscribed: {id?, sub, pos?, key?}. The subscription is live; data after pos
+	// follows. A channel pattern has no pos; a table's key columns are in key.
 	FrameSubscribed FrameType = "subscribed"
 	// FrameUnsubscribed: {id?, sub, code?, message?}. Without id, the server ended it.
 	FrameUnsubscribed FrameType = "unsubscribed"
@@ -199,6 +200,8 @@ type Welcome struct {
 type Subscribed struct {
 	ID  string // empty for a subscription the SSE URL declared
 	Sub string
+	// Pos is where the subscription starts; zero (and absent from the frame) for a channel
+	// pattern, which spans channels whose positions are unrelated, so it has none.
 	Pos Position
 	// Key names a table's key columns, which identify a row in change frames; none for a
 	// channel, or a table with neither a primary key nor a replica identity index.

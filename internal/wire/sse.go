@@ -40,9 +40,11 @@ var queryParams = []string{"sub", "table", "filter", "columns", "channel", "even
 
 // SubscribeFromQuery reads the subscription an SSE stream's URL declares, as
 // GET /v1/sse?sub=feed&table=public.items&filter={...}. It returns nil, nil when the URL
-// declares none. lastEventID is the request's Last-Event-ID (the header, or the
-// last_event_id parameter a client without headers sends), "" when absent: it resumes the URL
-// subscription after the last event the client received, and takes precedence over from.
+// declares none and there is no lastEventID. lastEventID is the request's Last-Event-ID (the
+// header, or the last_event_id parameter a client without headers sends), "" when absent: it
+// resumes the URL subscription after the last event the client received, and takes precedence
+// over from. One that does not parse is bad_frame; one that names another subscription, or
+// comes with a URL that declares none, is bad_position.
 //
 // The returned Subscribe has no ID: its subscribed frame answers no request. Errors are *Error
 // values with the same codes and checks as Decode's; the offending parameter is Field.
@@ -61,6 +63,16 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 	if !declared {
 		if q.Has("sub") {
 			return nil, &Error{Code: CodeBadFrame, Field: "table", Message: "the URL names a sub but no table or channel; add table=public.items or channel=rooms/1"}
+		}
+		if lastEventID != "" {
+			// The server sets event ids only on a URL subscription's frames, so a stream
+			// without one has nothing to resume: ignoring the id would lose items silently.
+			sub, _, err := ParseLastEventID(lastEventID)
+			if err != nil {
+				return nil, err
+			}
+			return nil, &Error{Code: CodeBadPosition, Field: "Last-Event-ID", Message: fmt.Sprintf(
+				"Last-Event-ID names subscription %q but this stream's URL declares none; reconnect with the URL the events came from", short(sub))}
 		}
 		return nil, nil
 	}

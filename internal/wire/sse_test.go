@@ -57,6 +57,12 @@ func TestSubscribeFromQuery(t *testing.T) {
 			code: CodeBadPosition, field: "from"},
 		{name: "Last-Event-ID garbled", query: "sub=feed&table=a.b", last: "feed",
 			code: CodeBadFrame, field: "Last-Event-ID"},
+		// Without a URL subscription there is nothing to resume: the id was meant for another
+		// stream, and ignoring it would lose items silently.
+		{name: "Last-Event-ID without a subscription", query: "access_token=x", last: "feed 2/0.7",
+			code: CodeBadPosition, field: "Last-Event-ID"},
+		{name: "Last-Event-ID garbled without a subscription", query: "access_token=x", last: "garbage",
+			code: CodeBadFrame, field: "Last-Event-ID"},
 		{name: "sub missing", query: "table=a.b", code: CodeBadFrame, field: "sub"},
 		{name: "sub alone", query: "sub=feed", code: CodeBadFrame, field: "table"},
 		{name: "parameter twice", query: "sub=feed&table=a.b&table=c.d", code: CodeBadFrame, field: "table"},

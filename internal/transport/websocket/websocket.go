@@ -153,11 +153,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ident, err := h.auth.Authenticate(token)
 	if err != nil {
-		code := wire.CloseAuthFailed
-		if errors.Is(err, auth.ErrExpired) {
-			code = wire.CloseTokenExpired
-		}
-		t.closeWith(session.AuthError(connect.ID, err), code)
+		we := session.AuthError(connect.ID, err)
+		t.closeWith(we, session.AuthCloseCode(we))
 		return
 	}
 	s, err := session.New(h.cfg.Session, h.deps, t, ident)
