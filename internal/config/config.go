@@ -97,7 +97,8 @@ type LimitsSection struct {
 	SlowTimeout time.Duration `yaml:"slow_timeout"`
 	// HandshakeTimeout is how long a client has to send connect after the upgrade.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
-	// PingInterval is the server's ping period; a client silent for two of them is closed.
+	// PingInterval is the server's ping period; a client that leaves two pings in a row
+	// unanswered is closed.
 	PingInterval time.Duration `yaml:"ping_interval"`
 }
 

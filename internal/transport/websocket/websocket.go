@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -44,8 +45,8 @@ type Registry interface {
 type Config struct {
 	// ConnectTimeout is how long a client has to send connect after the upgrade. Default 10s.
 	ConnectTimeout time.Duration
-	// PingInterval is how often the server pings; a ping unanswered within the next interval
-	// closes the connection. Default 25s.
+	// PingInterval is how often the server pings. Each ping is to be answered before the next
+	// is due; maxMissedPongs in a row unanswered close the connection. Default 25s.
 	PingInterval time.Duration
 	Session      session.Config
 	Logger       *slog.Logger
@@ -237,26 +238,48 @@ func (h *Handler) read(s *session.Session, c *websocket.Conn) {
 	}
 }
 
-// ping checks liveness: a ping unanswered within one interval closes the session.
+// maxMissedPongs is how many pings in a row may go unanswered before the connection is closed
+// as dead. One missed pong is forgiven: a client stalled for a moment (a busy tab, a GC pause,
+// a congested hop) would otherwise be cut off for nothing. docs/CONFIG.md (limits.ping_interval)
+// and docs/PROTOCOL.md (Liveness) state the same number.
+const maxMissedPongs = 2
+
+// ping checks liveness until the session ends, and closes it with ClosePingTimeout once
+// maxMissedPongs pings in a row went unanswered: a code whose reaction is to reconnect, since a
+// dead connection says nothing against the client.
 func (h *Handler) ping(s *session.Session, c *websocket.Conn) {
-	t := time.NewTicker(h.cfg.PingInterval)
+	if awaitPongs(h.base, s.Done(), h.cfg.PingInterval, maxMissedPongs, c.Ping) {
+		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
+	}
+}
+
+// awaitPongs calls ping every interval, giving each call until the next is due, and reports
+// true once maxMissed calls in a row ran out of time. It returns false when done is closed, ctx
+// ends, or a ping fails otherwise (the connection is gone, and its reader ends the session).
+func awaitPongs(ctx context.Context, done <-chan struct{}, interval time.Duration, maxMissed int, ping func(context.Context) error) bool {
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	missed := 0
 	for {
 		select {
-		case <-s.Done():
-			return
+		case <-done:
+			return false
+		case <-ctx.Done():
+			return false
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(h.base, h.cfg.PingInterval)
-			err := c.Ping(ctx)
-			cancel()
-			if err != nil {
-				select {
-				case <-s.Done():
-				default:
-					s.Close(wire.CloseNormal, "no pong within "+h.cfg.PingInterval.String())
-				}
-				return
+		}
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		err := ping(pctx)
+		cancel()
+		switch {
+		case err == nil:
+			missed = 0
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			if missed++; missed >= maxMissed {
+				return true
 			}
+		default:
+			return false
 		}
 	}
 }
