@@ -221,7 +221,10 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.Handle(f)
+	if we := s.TryHandle(f); we != nil {
+		websocket.WriteHTTPError(w, we)
+		return
+	}
 	w.WriteHeader(http.StatusAccepted)
 }
 

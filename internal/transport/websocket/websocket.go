@@ -221,6 +221,10 @@ func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
 // read feeds the client's frames to the session until the connection ends. The session's
 // close ends it: the transport's close handshake makes Read return. Read is never given a
 // context that ends first, which would drop the connection without its close frame.
+//
+// Before it hands over a frame it waits for room for the replies, so a client that pipelines
+// requests faster than it reads the replies is read more slowly: TCP holds back its writes,
+// rather than the control lane overflowing and the session closing.
 func (h *Handler) read(s *session.Session, c *websocket.Conn) {
 	for {
 		typ, b, err := c.Read(h.base)
@@ -232,6 +236,9 @@ func (h *Handler) read(s *session.Session, c *websocket.Conn) {
 		}
 		if typ != websocket.MessageText {
 			s.Fail(&wire.Error{Code: wire.CodeBadFrame, Message: "frames are JSON text messages; a binary message is a protocol violation"}, wire.CloseBadFrame)
+			return
+		}
+		if !s.AwaitReplyRoom(h.base) {
 			return
 		}
 		s.HandleFrame(b)
