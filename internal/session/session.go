@@ -20,8 +20,9 @@ import (
 // Transport is the connection's wire. The session's writer goroutine is the only caller of
 // Write; Close may be called from any goroutine and more than once.
 type Transport interface {
-	// Write writes items in order, each as one frame, and flushes them. It honours ctx, which
-	// carries the deadline of a slow client.
+	// Write writes items in order, each as one frame, and flushes them, and reports a failed
+	// flush. It honours ctx, which carries the deadline of a slow client; a Write that fails
+	// once that deadline has passed counts as the client's being too slow.
 	Write(ctx context.Context, items []delivery.Item) error
 	// Close ends the connection with a close code and a short human reason (the transport
 	// formats it, e.g. with wire.CloseReason).
@@ -495,7 +496,10 @@ func (s *Session) write(ctx context.Context, items []delivery.Item) error {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.SlowTimeout)
 	defer cancel()
 	err := s.transport.Write(wctx, items)
-	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+	// A write that failed once its deadline had passed was cut by it, whether the transport
+	// saw wctx end or a connection deadline set from it fire first (SSE sets one, and its
+	// timer may beat wctx's): either way the client stopped reading.
+	if dl, _ := wctx.Deadline(); err != nil && ctx.Err() == nil && (wctx.Err() != nil || !time.Now().Before(dl)) {
 		s.Close(wire.CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
 	}
 	return err
