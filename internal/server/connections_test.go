@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/wire"
 )
@@ -357,5 +358,26 @@ func TestSSECommandsBeyondUnreadRepliesAreRateLimited(t *testing.T) {
 		if ev.frame["type"] != "message" && ev.frame["type"] != "resync" {
 			t.Fatalf("got %v, want the last pong", ev.frame)
 		}
+	}
+}
+
+// TestShutdownClosesConnectionsBeforeConnect: at shutdown, a socket that has not sent connect
+// yet is told to reconnect elsewhere (1012) like a connected one, not dropped.
+func TestShutdownClosesConnectionsBeforeConnect(t *testing.T) {
+	r := start(t, baseConfig())
+	pending := dial(t, r)
+	live, _ := connect(t, r)
+	go r.stop()
+	for name, c := range map[string]*client{"before connect": pending, "connected": live} {
+		t.Run(name, func(t *testing.T) { c.expectClose(websocket.StatusServiceRestart) })
+	}
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		r.done <- nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the drain")
 	}
 }

@@ -37,8 +37,12 @@ type Authenticator interface {
 type Registry interface {
 	// Admit reserves a connection slot; ok is false when the node is full.
 	Admit() (release func(), ok bool)
-	// Track records a live session until untrack is called.
+	// Track records a live session until untrack is called. A session tracked once the node
+	// is stopping is closed at once.
 	Track(s *session.Session) (untrack func())
+	// Stopping is closed when the node begins to shut down and closes its sessions. A
+	// connection with no session yet (before connect) watches it to close alike.
+	Stopping() <-chan struct{}
 }
 
 // Config configures the handler. The zero value of each field means its default.
@@ -138,6 +142,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Session.MaxFrameBytes <= 0 {
 		c.SetReadLimit(wire.DefaultMaxFrameBytes)
 	}
+	// Until its session is tracked the server's shutdown cannot reach this connection, and
+	// would end it by cutting the handshake's Read, with no close frame: watch for it here.
+	unwatch := h.closeOnStopping(t)
+	defer unwatch()
 
 	connect, ok := h.readConnect(t)
 	if !ok {
@@ -164,6 +172,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	untrack := h.registry.Track(s)
 	defer untrack()
+	unwatch() // the server's shutdown closes the session from here on
 	s.Send(s.Welcome(connect.ID))
 
 	var wg sync.WaitGroup
@@ -179,6 +188,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.read(s, c)
 	s.Lost("connection closed")
 	wg.Wait()
+}
+
+// closeOnStopping closes t with 1012 if the node begins to stop before the returned function
+// is called. That function waits for the watch to end and may be called more than once.
+func (h *Handler) closeOnStopping(t *transport) (unwatch func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		select {
+		case <-h.registry.Stopping():
+			t.Close(wire.CloseShuttingDown, "server shutting down; reconnect")
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-ended
+	}
 }
 
 // readConnect reads the first frame, which must be connect, within the connect deadline. The
