@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -68,5 +69,80 @@ func TestStuckSSEReaderIsCountedTooSlow(t *testing.T) {
 	}
 	if got := m[`herald_session_closes_total{code="normal"}`]; got != 0 {
 		t.Errorf("normal closes %v, want 0", got)
+	}
+}
+
+// TestLaneTotalsNeverDecrease: the lane counters behind /metrics only grow, while sessions end
+// concurrently with the scrapes (a Prometheus counter that goes down reads as a reset).
+func TestLaneTotalsNeverDecrease(t *testing.T) {
+	r := start(t, baseConfig())
+	stop := make(chan struct{})
+	failed := make(chan string, 1)
+	scraped := make(chan int)
+	go func() {
+		var prev delivery.Stats
+		prevLost := map[delivery.DropReason]uint64{}
+		n := 0
+		defer func() { scraped <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cur, lost := r.srv.laneTotals()
+			n++
+			var bad string
+			switch {
+			case cur.DataWritten < prev.DataWritten:
+				bad = fmt.Sprintf("data frames written went from %d to %d", prev.DataWritten, cur.DataWritten)
+			case cur.MarkersEmitted < prev.MarkersEmitted:
+				bad = fmt.Sprintf("markers went from %d to %d", prev.MarkersEmitted, cur.MarkersEmitted)
+			}
+			for reason, v := range lost {
+				if v < prevLost[reason] {
+					bad = fmt.Sprintf("frames lost (%s) went from %d to %d", reason, prevLost[reason], v)
+				}
+			}
+			if bad != "" {
+				failed <- bad
+				return
+			}
+			prev, prevLost = cur, lost
+		}
+	}()
+
+	const rounds, clients = 20, 8
+	for round := range rounds {
+		cs := make([]*client, clients)
+		for i := range cs {
+			cs[i], _ = connect(t, r)
+			cs[i].send(`{"type":"subscribe","id":"s","sub":"s","channel":"m"}`)
+			cs[i].expect("subscribed")
+		}
+		publish(t, r, "m", fmt.Sprint(round))
+		for _, c := range cs {
+			c.expect("message")
+			_ = c.c.CloseNow() // the sessions end while the scraper runs
+		}
+		select {
+		case bad := <-failed:
+			t.Fatalf("round %d: %s", round, bad)
+		default:
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.srv.Sessions() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	n := <-scraped
+	select {
+	case bad := <-failed:
+		t.Fatalf("%s", bad)
+	default:
+	}
+	if total, _ := r.srv.laneTotals(); total.DataWritten < rounds*clients {
+		t.Errorf("data frames written %d after %d scrapes, want at least %d", total.DataWritten, n, rounds*clients)
 	}
 }

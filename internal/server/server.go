@@ -93,6 +93,7 @@ type Server struct {
 
 	conns atomic.Int64
 
+	// mu is taken before a session's lanes lock (Session.Stats), never while holding it.
 	mu       sync.Mutex
 	sessions map[*session.Session]struct{} // guarded by mu
 	closes   map[wire.CloseCode]uint64     // guarded by mu: ended sessions by close code
@@ -212,9 +213,11 @@ func (s *Server) Track(sess *session.Session) func() {
 	}
 	s.mu.Unlock()
 	return func() {
-		st := sess.Stats()
 		code := sess.CloseCode()
 		s.mu.Lock()
+		// Read under mu, with the move from the live sessions to the ended totals, so a scrape
+		// (laneTotals) counts the session's lanes exactly once, before or after.
+		st := sess.Stats()
 		delete(s.sessions, sess)
 		s.closes[code]++
 		s.metrics.endedLost[delivery.ReasonLaneFull] += st.LostLaneFull
@@ -444,10 +447,15 @@ func (s *Server) apiKeyOK(r *http.Request) bool {
 	return ok
 }
 
-// totalStats sums the delivery counters of every live session: for tests and metrics.
-func (s *Server) totalStats() (total delivery.Stats) {
+// totalStats sums the delivery counters of every live session: for tests.
+func (s *Server) totalStats() delivery.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.liveStatsLocked()
+}
+
+// liveStatsLocked sums the delivery counters of every live session. Called with mu held.
+func (s *Server) liveStatsLocked() (total delivery.Stats) {
 	for sess := range s.sessions {
 		st := sess.Stats()
 		total.DataAdmitted += st.DataAdmitted
