@@ -46,7 +46,7 @@ func (s *Session) TryHandle(f wire.Frame) *wire.Error {
 	// the handling.
 	if ok, _ := s.lanes.ControlRoom(s.replyFrames(), s.replyBytes()); !ok {
 		return &wire.Error{ID: idOf(f), Code: wire.CodeRateLimited,
-			Message: fmt.Sprintf("more than %d replies wait unread on the stream (limits.max_unread_replies); read them, then retry after a backoff of at least 1 s", s.cfg.Lanes.MaxControlFrames-s.replyFrames())}
+			Message: fmt.Sprintf("the replies to earlier commands wait unread on the stream, more than limits.max_unread_replies (%d) or more bytes than it queues; read them, then retry after a backoff of at least 1 s", s.cfg.Lanes.MaxControlFrames-s.replyFrames())}
 	}
 	s.handle(f)
 	return nil
