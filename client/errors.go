@@ -127,6 +127,8 @@ func (e *CloseError) Hint() string {
 		return "the server is at its connection limit: reconnect with backoff starting at 10 s"
 	case wire.CloseConnectTimeout:
 		return "no connect frame arrived in time: reconnect and send connect first"
+	case wire.ClosePingTimeout:
+		return "the server's pings went unanswered: the connection or the client stalled; reconnect and resume"
 	case wire.CloseTokenExpired:
 		return "the token expired: get a fresh one, then reconnect and resume"
 	case wire.CloseAuthFailed:

@@ -100,14 +100,17 @@ type LimitsSection struct {
 	// DataLaneFrames and DataLaneBytes bound one connection's queue of changes and publications.
 	DataLaneFrames int  `yaml:"data_lane_frames"`
 	DataLaneBytes  Size `yaml:"data_lane_bytes"`
-	// ControlLaneFrames and ControlLaneBytes bound one connection's queue of replies.
+	// ControlLaneFrames and ControlLaneBytes bound one connection's queue of replies. Near the
+	// bound the server takes no more of the client's requests until it reads replies.
 	ControlLaneFrames int  `yaml:"control_lane_frames"`
 	ControlLaneBytes  Size `yaml:"control_lane_bytes"`
-	// SlowTimeout closes a connection ("too slow") whose data lane has been stalled this long.
+	// SlowTimeout closes a connection ("too slow") whose data lane has been stalled this long,
+	// or whose replies have been waiting unread this long.
 	SlowTimeout time.Duration `yaml:"slow_timeout"`
 	// HandshakeTimeout is how long a client has to send connect after the upgrade.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
-	// PingInterval is the server's ping period; a client silent for two of them is closed.
+	// PingInterval is the server's ping period; a client that leaves two pings in a row
+	// unanswered is closed.
 	PingInterval time.Duration `yaml:"ping_interval"`
 }
 

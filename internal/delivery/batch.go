@@ -150,6 +150,10 @@ func (l *Lanes) fillLocked(b *Batch) bool {
 		l.ctlBytes -= len(c)
 		nControl++
 	}
+	if nControl > 0 && l.roomWait != nil {
+		close(l.roomWait) // whoever waits in ControlRoom asks again
+		l.roomWait = nil
+	}
 
 	// Markers are encoded now, so they carry the range as it stands. One that does not fit
 	// stays in the table, still open and still extending, and goes in a later batch.

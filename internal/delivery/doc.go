@@ -5,8 +5,8 @@
 //
 // Each connection has one Lanes. Producers (the fan-out hub, from many goroutines) call
 // PushData, PushControl and Forget. Exactly one writer goroutine, owned by the transport, calls
-// TryNext and Next and writes what they return to the socket. Anyone may call Close, Stalled and
-// Stats.
+// TryNext and Next and writes what they return to the socket. Anyone may call Close, Stalled,
+// Stats and ControlRoom.
 //
 // One mutex, Lanes.mu, guards both lanes, the marker table and the stall clock. Every push holds
 // it for O(1) work: no I/O, no blocking, and no allocation once the lane and the marker table
@@ -71,5 +71,7 @@
 //
 // The control lane holds at most Config.MaxControlFrames frames and MaxControlBytes bytes and
 // has no markers: a control frame it cannot take is refused with *ControlFullError, because a
-// client that does not read the replies to its own requests is too slow to keep.
+// client that does not read the replies to its own requests is too slow to keep. The reader of
+// those requests asks ControlRoom before it takes the next one, and waits while there is none,
+// so a client that sends many requests at once and reads the replies is slowed, not refused.
 package delivery

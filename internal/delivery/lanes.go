@@ -87,6 +87,9 @@ type Lanes struct {
 	admitted uint64
 	taken    uint64
 	markers  markerTable
+	// roomWait is closed, and cleared, when the writer next takes control frames or at Close:
+	// what ControlRoom hands a caller to wait on. Nil while nobody waits.
+	roomWait chan struct{}
 	// stallSince is when the current stall began; zero when not stalled (see Stalled).
 	stallSince time.Time
 
@@ -128,6 +131,23 @@ func (l *Lanes) PushControl(b []byte) error {
 	l.stats.controlAdmitted.Add(1)
 	l.signal(wake)
 	return nil
+}
+
+// ControlRoom reports whether the control lane has room for frames more frames and bytes more
+// bytes. When it has not, it also returns a channel that is closed once the writer next takes
+// control frames off the lane (or at Close), to wait on before asking again: a reader can hold
+// back a client's next request until the replies to the earlier ones have gone out. After
+// Close it reports room, since nothing will be queued any more. Safe for concurrent use.
+func (l *Lanes) ControlRoom(frames, bytes int) (ok bool, wait <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.control.len()+frames <= l.cfg.MaxControlFrames && l.ctlBytes+bytes <= l.cfg.MaxControlBytes {
+		return true, nil
+	}
+	if l.roomWait == nil {
+		l.roomWait = make(chan struct{})
+	}
+	return false, l.roomWait
 }
 
 // PushData queues f on the data lane and reports whether it did. When it does not, the frame
@@ -229,6 +249,10 @@ func (l *Lanes) Close() {
 	l.taken = l.admitted // nothing is owed any more
 	l.stallSince = time.Time{}
 	l.parked = false
+	if l.roomWait != nil {
+		close(l.roomWait)
+		l.roomWait = nil
+	}
 	l.mu.Unlock()
 	l.stats.discarded.Add(uint64(discarded))
 	l.stats.markersForgotten.Add(uint64(forgotten))

@@ -378,6 +378,81 @@ func TestPushControl(t *testing.T) {
 	}
 }
 
+func TestControlRoom(t *testing.T) {
+	tests := []struct {
+		name          string
+		queued        []string
+		frames, bytes int
+		want          bool
+	}{
+		{"empty", nil, 2, 8, true},
+		{"exactly the room left", []string{"ab"}, 3, 6, true},
+		{"too few frames left", []string{"a", "b"}, 3, 1, false},
+		{"too few bytes left", []string{"abcde"}, 1, 4, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLanes(t, Config{MaxControlFrames: 4, MaxControlBytes: 8})
+			for _, q := range tt.queued {
+				if err := l.PushControl([]byte(q)); err != nil {
+					t.Fatalf("PushControl(%q): %v", q, err)
+				}
+			}
+			ok, wait := l.ControlRoom(tt.frames, tt.bytes)
+			if ok != tt.want || (wait == nil) != ok {
+				t.Fatalf("ControlRoom(%d, %d) = %v, %v; want %v with a channel only when false", tt.frames, tt.bytes, ok, wait, tt.want)
+			}
+		})
+	}
+
+	t.Run("the writer taking control frames ends the wait", func(t *testing.T) {
+		l := newLanes(t, Config{MaxControlFrames: 1})
+		if err := l.PushControl([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		ok, wait := l.ControlRoom(1, 1)
+		if ok {
+			t.Fatal("ControlRoom reports room in a full lane")
+		}
+		// Data alone does not end it: only control frames leaving the lane make room.
+		l.PushData(frame("k", "1", 1))
+		select {
+		case <-wait:
+			t.Fatal("the wait ended before any control frame left the lane")
+		default:
+		}
+		var b Batch
+		if !l.TryNext(&b) {
+			t.Fatal("TryNext found nothing")
+		}
+		select {
+		case <-wait:
+		default:
+			t.Fatal("the wait did not end when the writer took the control frame")
+		}
+		if ok, _ := l.ControlRoom(1, 1); !ok {
+			t.Error("no room after the writer emptied the lane")
+		}
+	})
+
+	t.Run("close ends the wait", func(t *testing.T) {
+		l := newLanes(t, Config{MaxControlFrames: 1})
+		if err := l.PushControl([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		_, wait := l.ControlRoom(1, 1)
+		l.Close()
+		select {
+		case <-wait:
+		default:
+			t.Fatal("Close did not end the wait")
+		}
+		if ok, _ := l.ControlRoom(1, 1); !ok {
+			t.Error("closed lanes report no room: a waiter would wait forever")
+		}
+	})
+}
+
 func TestStalled(t *testing.T) {
 	c := newClock()
 	l := newLanes(t, Config{MaxDataFrames: 2, MaxDataBytes: 10, MaxBatchFrames: 1, Now: c.Now})

@@ -112,11 +112,13 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// laneTotals sums the lane counters of live and ended sessions.
+// laneTotals sums the lane counters of live and ended sessions, in one hold of the Server's mu:
+// an ending session moves from the one to the other under mu, so it is counted once, and
+// the totals never go down between scrapes (Prometheus would read that as a reset).
 func (s *Server) laneTotals() (delivery.Stats, map[delivery.DropReason]uint64) {
-	live := s.totalStats()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	live := s.liveStatsLocked()
 	lost := map[delivery.DropReason]uint64{
 		delivery.ReasonLaneFull: live.LostLaneFull + s.metrics.endedLost[delivery.ReasonLaneFull],
 		delivery.ReasonTooLarge: live.LostTooLarge + s.metrics.endedLost[delivery.ReasonTooLarge],

@@ -108,9 +108,12 @@ type Server struct {
 	maxSessions atomic.Int64                  // the session limit: limits.max_connections, or less to fit the open-file limit
 	gated       atomic.Pointer[gatedListener] // the client listener, once Run has bound it
 
+	// mu is taken before a session's lanes lock (Session.Stats), never while holding it.
 	mu       sync.Mutex
 	sessions map[*session.Session]struct{} // guarded by mu
 	closes   map[wire.CloseCode]uint64     // guarded by mu: ended sessions by close code
+	// stopping is closed, under mu, when shutdown begins to close sessions; see Stopping.
+	stopping chan struct{}
 
 	addr      atomic.Value // string: the bound address, once listening
 	adminAddr atomic.Value // string: the admin listener's address, once listening
@@ -134,6 +137,7 @@ func New(cfg Config) (*Server, error) {
 		channels: newChannels(cfg.MaxPublishBytes),
 		sessions: map[*session.Session]struct{}{},
 		closes:   map[wire.CloseCode]uint64{},
+		stopping: make(chan struct{}),
 		ready:    make(chan struct{}),
 	}
 	if cfg.Changefeed != nil {
@@ -217,15 +221,23 @@ func (s *Server) Admit() (func(), bool) {
 	return func() { once.Do(func() { s.conns.Add(-1) }) }, true
 }
 
-// Track records a live session for shutdown.
+// Track records a live session for shutdown. A session that comes after shutdown has taken
+// its list of sessions to close is closed here instead, as they are.
 func (s *Server) Track(sess *session.Session) func() {
 	s.mu.Lock()
 	s.sessions[sess] = struct{}{}
+	select {
+	case <-s.stopping:
+		sess.Close(wire.CloseShuttingDown, shuttingDown)
+	default:
+	}
 	s.mu.Unlock()
 	return func() {
-		st := sess.Stats()
 		code := sess.CloseCode()
 		s.mu.Lock()
+		// Read under mu, with the move from the live sessions to the ended totals, so a scrape
+		// (laneTotals) counts the session's lanes exactly once, before or after.
+		st := sess.Stats()
 		delete(s.sessions, sess)
 		s.closes[code]++
 		s.metrics.endedLost[delivery.ReasonLaneFull] += st.LostLaneFull
@@ -236,6 +248,13 @@ func (s *Server) Track(sess *session.Session) func() {
 		s.metrics.closes.WithLabelValues(code.String()).Inc()
 	}
 }
+
+// Stopping is closed when shutdown begins to close sessions: a connection that has none yet
+// closes itself then, with the same code.
+func (s *Server) Stopping() <-chan struct{} { return s.stopping }
+
+// shuttingDown is the close reason every client is given at shutdown.
+const shuttingDown = "server shutting down; reconnect and resume from your positions"
 
 // Closes counts ended sessions by close code.
 func (s *Server) Closes() map[wire.CloseCode]uint64 {
@@ -408,13 +427,15 @@ func (s *Server) shutdown(srv *http.Server, served <-chan error, stopBase func()
 	shut := make(chan error, 1)
 	go func() { shut <- srv.Shutdown(drain) }() // closes the listener at once
 	s.mu.Lock()
+	// Under mu with the list: a session is either on it or sees stopping closed in Track.
+	close(s.stopping)
 	live := make([]*session.Session, 0, len(s.sessions))
 	for sess := range s.sessions {
 		live = append(live, sess)
 	}
 	s.mu.Unlock()
 	for _, sess := range live {
-		sess.Close(wire.CloseShuttingDown, "server shutting down; reconnect and resume from your positions")
+		sess.Close(wire.CloseShuttingDown, shuttingDown)
 	}
 	for _, sess := range live {
 		select {
@@ -520,10 +541,15 @@ func (s *Server) apiKeyOK(r *http.Request) bool {
 	return ok
 }
 
-// totalStats sums the delivery counters of every live session: for tests and metrics.
-func (s *Server) totalStats() (total delivery.Stats) {
+// totalStats sums the delivery counters of every live session: for tests.
+func (s *Server) totalStats() delivery.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.liveStatsLocked()
+}
+
+// liveStatsLocked sums the delivery counters of every live session. Called with mu held.
+func (s *Server) liveStatsLocked() (total delivery.Stats) {
 	for sess := range s.sessions {
 		st := sess.Stats()
 		total.DataAdmitted += st.DataAdmitted

@@ -5,7 +5,8 @@
 // # Concurrency
 //
 // Three kinds of goroutine touch a Session:
-//   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands) calls Handle;
+//   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands) calls Handle,
+//     after AwaitReplyRoom, or TryHandle;
 //   - producers (the channel hub, the table router) call Deliver, which never blocks;
 //   - the writer, Run, is the only goroutine that writes to the Transport.
 //

@@ -33,6 +33,26 @@ func (s *Session) HandleFrame(b []byte) {
 func (s *Session) Handle(f wire.Frame) {
 	s.handleMu.Lock()
 	defer s.handleMu.Unlock()
+	s.handle(f)
+}
+
+// TryHandle answers f as Handle does if the control lane has room for its replies, and refuses
+// it otherwise, returning the rate_limited error to send instead. It is for SSE commands: each
+// arrives on a request of its own, so holding one back would only pile up waiting requests.
+func (s *Session) TryHandle(f wire.Frame) *wire.Error {
+	s.handleMu.Lock()
+	defer s.handleMu.Unlock()
+	// Under handleMu, so no other request's replies can take the room between the check and
+	// the handling.
+	if ok, _ := s.lanes.ControlRoom(s.replyFrames(), s.replyBytes()); !ok {
+		return &wire.Error{ID: idOf(f), Code: wire.CodeRateLimited,
+			Message: fmt.Sprintf("the replies to earlier commands wait unread on the stream, more than limits.max_unread_replies (%d) or more bytes than it queues; read them, then retry after a backoff of at least 1 s", s.cfg.Lanes.MaxControlFrames-s.replyFrames())}
+	}
+	s.handle(f)
+	return nil
+}
+
+func (s *Session) handle(f wire.Frame) {
 	switch f := f.(type) {
 	case *wire.Connect:
 		s.Send(&wire.Error{ID: f.ID, Code: wire.CodeBadFrame, Field: "type",
@@ -310,4 +330,25 @@ func AuthCloseCode(e *wire.Error) wire.CloseCode {
 		return wire.CloseTokenExpired
 	}
 	return wire.CloseAuthFailed
+}
+
+// idOf is the request id of a client frame, for an error that answers it.
+func idOf(f wire.Frame) string {
+	switch f := f.(type) {
+	case *wire.Connect:
+		return f.ID
+	case *wire.Refresh:
+		return f.ID
+	case *wire.Subscribe:
+		return f.ID
+	case *wire.Unsubscribe:
+		return f.ID
+	case *wire.Publish:
+		return f.ID
+	case *wire.Ping:
+		return f.ID
+	case *wire.Ack:
+		return f.ID
+	}
+	return ""
 }

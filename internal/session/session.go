@@ -20,8 +20,9 @@ import (
 // Transport is the connection's wire. The session's writer goroutine is the only caller of
 // Write; Close may be called from any goroutine and more than once.
 type Transport interface {
-	// Write writes items in order, each as one frame, and flushes them. It honours ctx, which
-	// carries the deadline of a slow client.
+	// Write writes items in order, each as one frame, and flushes them, and reports a failed
+	// flush. It honours ctx, which carries the deadline of a slow client; a Write that fails
+	// once that deadline has passed counts as the client's being too slow.
 	Write(ctx context.Context, items []delivery.Item) error
 	// Close ends the connection with a close code and a short human reason (the transport
 	// formats it, e.g. with wire.CloseReason).
@@ -75,7 +76,8 @@ type Config struct {
 	// MaxFrameBytes is the largest client frame read. Default wire.DefaultMaxFrameBytes.
 	MaxFrameBytes int
 	// SlowTimeout closes a connection as too slow when its data lane has been losing frames
-	// for this long, or one write has been blocked this long. Default 10s.
+	// for this long, one write has been blocked this long, or the replies to its requests have
+	// been waiting unread this long (AwaitReplyRoom). Default 10s.
 	SlowTimeout time.Duration
 	// PingInterval is announced in welcome; the transport does the pinging. Default 25s.
 	PingInterval time.Duration
@@ -110,6 +112,13 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 2 * time.Second
+	}
+	// Explicit, so the room a request's replies need can be measured against them.
+	if c.Lanes.MaxControlFrames == 0 {
+		c.Lanes.MaxControlFrames = delivery.DefaultMaxControlFrames
+	}
+	if c.Lanes.MaxControlBytes == 0 {
+		c.Lanes.MaxControlBytes = delivery.DefaultMaxControlBytes
 	}
 	if c.Lanes.EncodeMarker == nil {
 		c.Lanes.EncodeMarker = func(dst []byte, m delivery.Marker) []byte {
@@ -234,12 +243,52 @@ func (s *Session) Welcome(id string) *wire.Welcome {
 		MaxFrameBytes:    s.cfg.MaxFrameBytes,
 		MaxSubscriptions: s.cfg.MaxSubscriptions,
 		PingInterval:     s.cfg.PingInterval,
+		MaxUnreadReplies: s.cfg.Lanes.MaxControlFrames - s.replyFrames(),
 	}}
 	if !ident.ExpiresAt.IsZero() {
 		w.ExpiresAt = ident.ExpiresAt
 		w.ExpiresIn = ident.ExpiresAt.Sub(s.cfg.Now()).Truncate(time.Second)
 	}
 	return w
+}
+
+// replyFrames and replyBytes are the room on the control lane that one more request needs: a
+// request queues at most two frames (subscribed, then a resumed subscription's resync), and a
+// timer or a producer may queue an unprompted one meanwhile (expiring, an error). A reply quotes
+// at most what its request carried, which MaxFrameBytes bounds, besides a short message. Each
+// is capped at the lane's size, so a lane smaller than the room still takes requests, one at a
+// time once it is empty.
+func (s *Session) replyFrames() int { return min(4, s.cfg.Lanes.MaxControlFrames) }
+func (s *Session) replyBytes() int  { return min(s.cfg.MaxFrameBytes+1024, s.cfg.Lanes.MaxControlBytes) }
+
+// AwaitReplyRoom waits until the control lane has room for the replies to one more request: a
+// reader calls it before it hands the session the next frame, so a client that sends requests
+// faster than it reads their replies is read more slowly rather than overflowing the lane. It
+// reports whether to go on; it does not when ctx ends or the session closes, or when the
+// replies stayed unread for SlowTimeout, and then it closes the session as too slow.
+func (s *Session) AwaitReplyRoom(ctx context.Context) bool {
+	var timeout <-chan time.Time
+	for {
+		ok, room := s.lanes.ControlRoom(s.replyFrames(), s.replyBytes())
+		if ok {
+			return true
+		}
+		if timeout == nil {
+			t := time.NewTimer(s.cfg.SlowTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-room:
+		case <-s.closing:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-timeout:
+			s.Close(wire.CloseTooSlow, fmt.Sprintf("the replies to its requests stayed unread for %s", s.cfg.SlowTimeout))
+			return false
+		}
+	}
 }
 
 // Send queues a control frame. A control lane that cannot take it means the client is not
@@ -460,7 +509,10 @@ func (s *Session) write(ctx context.Context, items []delivery.Item) error {
 	wctx, cancel := context.WithTimeout(ctx, s.cfg.SlowTimeout)
 	defer cancel()
 	err := s.transport.Write(wctx, items)
-	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+	// A write that failed once its deadline had passed was cut by it, whether the transport
+	// saw wctx end or a connection deadline set from it fire first (SSE sets one, and its
+	// timer may beat wctx's): either way the client stopped reading.
+	if dl, _ := wctx.Deadline(); err != nil && ctx.Err() == nil && (wctx.Err() != nil || !time.Now().Before(dl)) {
 		s.Close(wire.CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
 	}
 	return err

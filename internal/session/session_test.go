@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -144,4 +145,77 @@ func TestResumeGap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRepliesWaitingUnread: past limits.max_unread_replies replies waiting, an SSE command is
+// refused rate_limited and a WebSocket reader waits, until the writer takes replies, or closes
+// the session as too slow once SlowTimeout passes.
+func TestRepliesWaitingUnread(t *testing.T) {
+	newSession := func(t *testing.T, slow time.Duration) *Session {
+		t.Helper()
+		cfg := Config{SlowTimeout: slow, CloseGrace: time.Millisecond, Lanes: delivery.Config{MaxControlFrames: 8}}
+		s, err := New(cfg, Deps{}, newGated(), auth.Identity{Subject: "u"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Abort)
+		return s
+	}
+	// A lane of 8 less room for one request's replies (4).
+	const unread = 4
+	ping := func(id string) *wire.Ping { return &wire.Ping{ID: id} }
+
+	t.Run("welcome advertises the limit", func(t *testing.T) {
+		s := newSession(t, time.Hour)
+		if got := s.Welcome("").Limits.MaxUnreadReplies; got != unread {
+			t.Errorf("max_unread_replies = %d, want %d", got, unread)
+		}
+	})
+	t.Run("a command past the limit is rate limited", func(t *testing.T) {
+		s := newSession(t, time.Hour)
+		for i := range unread + 1 {
+			if we := s.TryHandle(ping(fmt.Sprint(i))); we != nil {
+				t.Fatalf("command %d with %d replies unread: %v, want it taken", i, i, we)
+			}
+		}
+		we := s.TryHandle(ping("over"))
+		if we == nil || we.Code != wire.CodeRateLimited || we.ID != "over" || we.StatusCode() != 429 {
+			t.Fatalf("command with %d replies unread: %v, want 429 rate_limited with its id", unread+1, we)
+		}
+		if got := s.Stats().ControlAdmitted; got != unread+1 {
+			t.Errorf("%d replies queued, want %d: a refused command has no reply on the stream", got, unread+1)
+		}
+	})
+	t.Run("a reader waits until the writer takes replies", func(t *testing.T) {
+		s := newSession(t, time.Hour)
+		for i := range unread + 1 {
+			s.Handle(ping(fmt.Sprint(i)))
+		}
+		got := make(chan bool)
+		go func() { got <- s.AwaitReplyRoom(context.Background()) }()
+		select {
+		case ok := <-got:
+			t.Fatalf("AwaitReplyRoom = %v with %d replies unread, want it to wait", ok, unread+1)
+		case <-time.After(20 * time.Millisecond):
+		}
+		var b delivery.Batch
+		if !s.lanes.TryNext(&b) {
+			t.Fatal("the writer found nothing")
+		}
+		if !<-got {
+			t.Error("AwaitReplyRoom = false once the writer took the replies, want true")
+		}
+	})
+	t.Run("replies unread past the slow timeout close the session", func(t *testing.T) {
+		s := newSession(t, 10*time.Millisecond)
+		for i := range unread + 1 {
+			s.Handle(ping(fmt.Sprint(i)))
+		}
+		if s.AwaitReplyRoom(context.Background()) {
+			t.Fatal("AwaitReplyRoom = true with the replies never taken")
+		}
+		if got := s.CloseCode(); got != wire.CloseTooSlow {
+			t.Errorf("close code %s, want too_slow", got)
+		}
+	})
 }

@@ -205,6 +205,9 @@ const (
 	CloseTooManyConnections CloseCode = 4001
 	// CloseConnectTimeout (4002): no connect frame arrived within the server's deadline.
 	CloseConnectTimeout CloseCode = 4002
+	// ClosePingTimeout (4003): the client left the server's pings unanswered: the connection,
+	// or the client, stalled. Reconnect and resume.
+	ClosePingTimeout CloseCode = 4003
 	// CloseTokenExpired (4100): the token expired and no refresh replaced it in time.
 	CloseTokenExpired CloseCode = 4100
 	// CloseAuthFailed (4101): the token was missing or did not verify.
@@ -225,6 +228,7 @@ var closeNames = map[CloseCode]string{
 	CloseTooSlow:            "too_slow",
 	CloseTooManyConnections: "too_many_connections",
 	CloseConnectTimeout:     "connect_timeout",
+	ClosePingTimeout:        "ping_timeout",
 	CloseTokenExpired:       "token_expired",
 	CloseAuthFailed:         "auth_failed",
 	CloseBadFrame:           "bad_frame",
@@ -235,7 +239,7 @@ var closeNames = map[CloseCode]string{
 func CloseCodes() []CloseCode {
 	return []CloseCode{
 		CloseNormal, CloseFrameTooLarge, CloseInternal, CloseShuttingDown,
-		CloseTooSlow, CloseTooManyConnections, CloseConnectTimeout,
+		CloseTooSlow, CloseTooManyConnections, CloseConnectTimeout, ClosePingTimeout,
 		CloseTokenExpired, CloseAuthFailed, CloseBadFrame, ClosePolicy,
 	}
 }

@@ -50,6 +50,7 @@ func TestCloseCodes(t *testing.T) {
 	want := map[CloseCode]Reaction{
 		CloseNormal: Stop, CloseFrameTooLarge: Reconnect, CloseInternal: Reconnect, CloseShuttingDown: Reconnect,
 		CloseTooSlow: Reconnect, CloseTooManyConnections: Reconnect, CloseConnectTimeout: Reconnect,
+		ClosePingTimeout:  Reconnect,
 		CloseTokenExpired: Reauthenticate, CloseAuthFailed: Reauthenticate,
 		CloseBadFrame: Stop, ClosePolicy: Stop,
 	}

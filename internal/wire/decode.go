@@ -619,6 +619,7 @@ func (r *reader) welcome() Frame {
 		MaxFrameBytes:    int(lr.uint("max_frame_bytes", 1<<31-1)),
 		MaxSubscriptions: int(lr.uint("max_subscriptions", 1<<31-1)),
 		PingInterval:     time.Duration(lr.uint("ping_interval_ms", 1<<31-1)) * time.Millisecond,
+		MaxUnreadReplies: int(lr.uint("max_unread_replies", 1<<31-1)),
 	}
 	if lr.err != nil && r.err == nil {
 		r.err = lr.err

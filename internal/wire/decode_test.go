@@ -219,9 +219,9 @@ func TestDecodeServerFrames(t *testing.T) {
 		want Frame
 	}{
 		{"welcome", `{"type":"welcome","id":"1","v":1,"session":"sess-1","expires_at":"2025-01-02T03:04:05.123Z","expires_in":3600,
-			"limits":{"max_frame_bytes":65536,"max_subscriptions":100,"ping_interval_ms":25000}}`,
+			"limits":{"max_frame_bytes":65536,"max_subscriptions":100,"ping_interval_ms":25000,"max_unread_replies":252}}`,
 			&Welcome{ID: "1", Version: 1, Session: "sess-1", ExpiresAt: at, ExpiresIn: time.Hour,
-				Limits: Limits{MaxFrameBytes: 65536, MaxSubscriptions: 100, PingInterval: 25 * time.Second}}},
+				Limits: Limits{MaxFrameBytes: 65536, MaxSubscriptions: 100, PingInterval: 25 * time.Second, MaxUnreadReplies: 252}}},
 		{"welcome minimal", `{"type":"welcome","v":1,"session":"s","limits":{"max_frame_bytes":1,"max_subscriptions":0}}`,
 			&Welcome{Version: 1, Session: "s", Limits: Limits{MaxFrameBytes: 1}}},
 		{"subscribed table", `{"type":"subscribed","id":"2","sub":"s1","pos":"16/B374D848"}`,

@@ -226,6 +226,10 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 			dst = append(dst, `,"ping_interval_ms":`...)
 			dst = strconv.AppendInt(dst, f.Limits.PingInterval.Milliseconds(), 10)
 		}
+		if f.Limits.MaxUnreadReplies > 0 {
+			dst = append(dst, `,"max_unread_replies":`...)
+			dst = strconv.AppendInt(dst, int64(f.Limits.MaxUnreadReplies), 10)
+		}
 		dst = append(dst, '}')
 	case *Subscribed:
 		dst = appendStart(dst, FrameSubscribed, f.ID)

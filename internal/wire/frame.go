@@ -182,6 +182,10 @@ type Limits struct {
 	MaxFrameBytes    int           // the largest frame the server reads, in bytes
 	MaxSubscriptions int           // the most subscriptions one connection may hold
 	PingInterval     time.Duration // how often the server checks liveness; 0: not stated
+	// MaxUnreadReplies is how many replies may wait unread while the server still takes the
+	// client's requests; past it the server takes no more until the client reads some. 0: not
+	// stated.
+	MaxUnreadReplies int
 }
 
 // Welcome opens a session.

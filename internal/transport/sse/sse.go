@@ -107,7 +107,7 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 
-	t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{})}
+	t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{}), slow: h.slowTimeout()}
 	if sub != nil {
 		t.urlSub = sub.Sub
 	}
@@ -166,12 +166,24 @@ loop:
 			break loop
 		case <-tick.C:
 			if err := t.comment("ping"); err != nil {
-				s.Lost("connection lost")
+				if errors.Is(err, errBlocked) {
+					s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", t.slow))
+				} else {
+					s.Lost("connection lost")
+				}
 				break loop
 			}
 		}
 	}
 	wg.Wait()
+}
+
+// slowTimeout is how long one write to a stream may block: the session's SlowTimeout.
+func (h *Handler) slowTimeout() time.Duration {
+	if d := h.cfg.Session.SlowTimeout; d > 0 {
+		return d
+	}
+	return 10 * time.Second
 }
 
 func startStream(w http.ResponseWriter, flusher http.Flusher) {
@@ -221,7 +233,10 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.Handle(f)
+	if we := s.TryHandle(f); we != nil {
+		websocket.WriteHTTPError(w, we)
+		return
+	}
 	w.WriteHeader(http.StatusAccepted)
 }
 
@@ -238,7 +253,8 @@ type transport struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	flusher http.Flusher
-	urlSub  string // the URL subscription, whose frames carry event ids
+	urlSub  string        // the URL subscription, whose frames carry event ids
+	slow    time.Duration // how long a keepalive write may block
 	buf     []byte
 	// lastWasError: the last frame written was an error frame, which then is the stream's
 	// explanation of its end. Guarded by mu.
@@ -292,8 +308,9 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 	if _, err := t.w.Write(b); err != nil {
 		return err
 	}
-	t.flusher.Flush()
-	return nil
+	// Flush through the controller, which reports failure: the frames may still be in the
+	// response's buffer, and a flush stuck on a client that stopped reading is a failed write.
+	return t.rc.Flush()
 }
 
 var (
@@ -325,15 +342,24 @@ func resyncEventID(frame []byte, urlSub string) string {
 	return string(wire.AppendEventID(nil, r.Sub, p))
 }
 
+// errBlocked is what comment returns for a write that failed once its deadline had passed: the
+// client stopped reading.
+var errBlocked = errors.New("sse: a write was blocked past its deadline")
+
+// comment writes a comment line, within the slow limit.
 func (t *transport) comment(text string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	_ = t.rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	if _, err := t.w.Write([]byte(": " + text + "\n\n")); err != nil {
-		return err
+	dl := time.Now().Add(t.slow)
+	_ = t.rc.SetWriteDeadline(dl)
+	_, err := t.w.Write([]byte(": " + text + "\n\n"))
+	if err == nil {
+		err = t.rc.Flush()
 	}
-	t.flusher.Flush()
-	return nil
+	if err != nil && !time.Now().Before(dl) {
+		return fmt.Errorf("%w: %w", errBlocked, err)
+	}
+	return err
 }
 
 // Close ends the stream. SSE has no close codes, so an ending the server chose is told as a

@@ -39,16 +39,20 @@ type Authenticator interface {
 type Registry interface {
 	// Admit reserves a connection slot; ok is false when the node is full.
 	Admit() (release func(), ok bool)
-	// Track records a live session until untrack is called.
+	// Track records a live session until untrack is called. A session tracked once the node
+	// is stopping is closed at once.
 	Track(s *session.Session) (untrack func())
+	// Stopping is closed when the node begins to shut down and closes its sessions. A
+	// connection with no session yet (before connect) watches it to close alike.
+	Stopping() <-chan struct{}
 }
 
 // Config configures the handler. The zero value of each field means its default.
 type Config struct {
 	// ConnectTimeout is how long a client has to send connect after the upgrade. Default 10s.
 	ConnectTimeout time.Duration
-	// PingInterval is how often the server pings; a ping unanswered within the next interval
-	// closes the connection. Default 25s.
+	// PingInterval is how often the server pings. Each ping is to be answered before the next
+	// is due; maxMissedPongs in a row unanswered close the connection. Default 25s.
 	PingInterval time.Duration
 	Session      session.Config
 	Logger       *slog.Logger
@@ -142,6 +146,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// readFrame enforces the frame limit itself; the library's, one byte above it, never fires
 	// first. It would close with its own reason text and no error frame.
 	c.SetReadLimit(int64(h.cfg.Session.MaxFrameBytes) + 1)
+	// Until its session is tracked the server's shutdown cannot reach this connection, and
+	// would end it by cutting the handshake's Read, with no close frame: watch for it here.
+	unwatch := h.closeOnStopping(t)
+	defer unwatch()
 
 	connect, ok := h.readConnect(t)
 	if !ok {
@@ -165,6 +173,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	untrack := h.registry.Track(s)
 	defer untrack()
+	unwatch() // the server's shutdown closes the session from here on
 	s.Send(s.Welcome(connect.ID))
 
 	var wg sync.WaitGroup
@@ -180,6 +189,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.read(s, c)
 	s.Lost("connection closed")
 	wg.Wait()
+}
+
+// closeOnStopping closes t with 1012 if the node begins to stop before the returned function
+// is called. That function waits for the watch to end and may be called more than once.
+func (h *Handler) closeOnStopping(t *transport) (unwatch func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		select {
+		case <-h.registry.Stopping():
+			t.Close(wire.CloseShuttingDown, "server shutting down; reconnect")
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-ended
+	}
 }
 
 // readConnect reads the first frame, which must be connect, within the connect deadline. The
@@ -226,6 +255,10 @@ func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
 // read feeds the client's frames to the session until the connection ends. The session's
 // close ends it: the transport's close handshake makes Read return. Read is never given a
 // context that ends first, which would drop the connection without its close frame.
+//
+// Before it hands over a frame it waits for room for the replies, so a client that pipelines
+// requests faster than it reads the replies is read more slowly: TCP holds back its writes,
+// rather than the control lane overflowing and the session closing.
 func (h *Handler) read(s *session.Session, c *websocket.Conn) {
 	for {
 		typ, b, err := h.readFrame(c)
@@ -244,6 +277,9 @@ func (h *Handler) read(s *session.Session, c *websocket.Conn) {
 		// malformed request to answer and go on from.
 		if !utf8.Valid(b) {
 			s.Fail(&wire.Error{Code: wire.CodeBadFrame, Message: "a text message that is not UTF-8 is a protocol violation; send frames as UTF-8 JSON"}, wire.CloseBadFrame)
+			return
+		}
+		if !s.AwaitReplyRoom(h.base) {
 			return
 		}
 		s.HandleFrame(b)
@@ -278,26 +314,48 @@ func (h *Handler) tooLarge() *wire.Error {
 		"a message exceeded max_frame_bytes (%d); do not resend it", h.cfg.Session.MaxFrameBytes)}
 }
 
-// ping checks liveness: a ping unanswered within one interval closes the session.
+// maxMissedPongs is how many pings in a row may go unanswered before the connection is closed
+// as dead. One missed pong is forgiven: a client stalled for a moment (a busy tab, a GC pause,
+// a congested hop) would otherwise be cut off for nothing. docs/CONFIG.md (limits.ping_interval)
+// and docs/PROTOCOL.md (Liveness) state the same number.
+const maxMissedPongs = 2
+
+// ping checks liveness until the session ends, and closes it with ClosePingTimeout once
+// maxMissedPongs pings in a row went unanswered: a code whose reaction is to reconnect, since a
+// dead connection says nothing against the client.
 func (h *Handler) ping(s *session.Session, c *websocket.Conn) {
-	t := time.NewTicker(h.cfg.PingInterval)
+	if awaitPongs(h.base, s.Done(), h.cfg.PingInterval, maxMissedPongs, c.Ping) {
+		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
+	}
+}
+
+// awaitPongs calls ping every interval, giving each call until the next is due, and reports
+// true once maxMissed calls in a row ran out of time. It returns false when done is closed, ctx
+// ends, or a ping fails otherwise (the connection is gone, and its reader ends the session).
+func awaitPongs(ctx context.Context, done <-chan struct{}, interval time.Duration, maxMissed int, ping func(context.Context) error) bool {
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	missed := 0
 	for {
 		select {
-		case <-s.Done():
-			return
+		case <-done:
+			return false
+		case <-ctx.Done():
+			return false
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(h.base, h.cfg.PingInterval)
-			err := c.Ping(ctx)
-			cancel()
-			if err != nil {
-				select {
-				case <-s.Done():
-				default:
-					s.Close(wire.CloseNormal, "no pong within "+h.cfg.PingInterval.String())
-				}
-				return
+		}
+		pctx, cancel := context.WithTimeout(ctx, interval)
+		err := ping(pctx)
+		cancel()
+		switch {
+		case err == nil:
+			missed = 0
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			if missed++; missed >= maxMissed {
+				return true
 			}
+		default:
+			return false
 		}
 	}
 }
