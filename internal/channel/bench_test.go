@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -19,8 +20,8 @@ type laneSub struct {
 	head  []byte
 }
 
-func (s *laneSub) Deliver(sub string, p *Publication) {
-	s.lanes.PushData(delivery.Frame{Head: s.head, Body: p.Body, Key: sub, Pos: p.PosText})
+func (s *laneSub) Push(sub string, it *stream.Item) {
+	s.lanes.PushData(delivery.Frame{Head: s.head, Body: it.Encoded(wire.Codec{}), Key: sub, Pos: it.PosText()})
 }
 
 // benchData is a small chat message, about the size of a typical publication.
@@ -38,16 +39,16 @@ func BenchmarkFanout(b *testing.B) {
 
 func benchFanout(b *testing.B, n int) {
 	const drainEvery = 16
-	h := New(Config{})
+	h := testHub(nil, 0)
 	p := mustPattern(b, "rooms/1", "")
 	subs := make([]*laneSub, n)
 	for i := range subs {
-		l, err := delivery.New(delivery.Config{EncodeMarker: wire.AppendMarker})
+		l, err := delivery.New(delivery.Config{EncodeMarker: func(dst []byte, _ delivery.Marker) []byte { return dst }})
 		if err != nil {
 			b.Fatal(err)
 		}
 		subs[i] = &laneSub{lanes: l, head: wire.AppendDataHead(nil, wire.FrameMessage, "room")}
-		_, unsub := h.Subscribe(subs[i], "room", p)
+		_, unsub, _ := h.Subscribe(subs[i], "room", p)
 		defer unsub()
 	}
 	var batch delivery.Batch
@@ -93,10 +94,10 @@ func benchFanout(b *testing.B, n int) {
 func BenchmarkDispatch(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		b.Run("nonmatching="+strconv.Itoa(n), func(b *testing.B) {
-			h := New(Config{})
+			h := testHub(nil, 0)
 			var delivered int
-			s := subscriberFunc(func(string, *Publication) { delivered++ })
-			_, unsub := h.Subscribe(s, "mine", mustPattern(b, "docs/alice/**", ""))
+			s := subscriberFunc(func(string, *stream.Item) { delivered++ })
+			_, unsub, _ := h.Subscribe(s, "mine", mustPattern(b, "docs/alice/**", ""))
 			defer unsub()
 			for i := range n {
 				var glob string
@@ -110,7 +111,7 @@ func BenchmarkDispatch(b *testing.B) {
 				default:
 					glob = "chat/" + strconv.Itoa(i) + "/*"
 				}
-				_, u := h.Subscribe(s, "other", mustPattern(b, glob, ""))
+				_, u, _ := h.Subscribe(s, "other", mustPattern(b, glob, ""))
 				defer u()
 			}
 			b.ReportAllocs()

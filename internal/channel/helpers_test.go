@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/heraldrt/herald/internal/bus"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -28,10 +30,21 @@ type recorder struct {
 	got []got
 }
 
-func (r *recorder) Deliver(sub string, p *Publication) {
+func (r *recorder) Push(sub string, it *stream.Item) {
+	m := it.Message
 	r.mu.Lock()
-	r.got = append(r.got, got{Sub: sub, Channel: p.Channel, Event: p.Event, Pos: p.Pos})
+	r.got = append(r.got, got{Sub: sub, Channel: m.Channel, Event: m.Event, Pos: m.Pos})
 	r.mu.Unlock()
+}
+
+// testHub returns a hub on a memory bus, its broker handing out epochs from newEpoch (nil: the
+// default) and offsets up to maxOffset (0: the default).
+func testHub(newEpoch func() string, maxOffset uint64) *Hub {
+	h, err := New(Config{Bus: bus.NewMemory(), Broker: NewMemoryBroker(MemoryBrokerConfig{NewEpoch: newEpoch, MaxOffset: maxOffset})})
+	if err != nil {
+		panic(err)
+	}
+	return h
 }
 
 // take returns what was delivered since the last take.

@@ -1,57 +1,38 @@
 package channel
 
 import (
-	"encoding/hex"
 	"encoding/json"
-	"math/rand/v2"
+	"errors"
 	"sync"
 	"sync/atomic"
 
-	"github.com/heraldrt/herald/internal/wire"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
-// Subscriber receives the publications of its subscriptions. The session implements it by
-// pushing a data frame onto its connection's lanes.
-type Subscriber interface {
-	// Deliver hands the subscriber one publication for its subscription sub (the id it gave
-	// Subscribe). It runs on the publisher's goroutine while the hub holds the channel's lock,
-	// so it must not block, must not call back into the Hub, and must be safe for concurrent
-	// use: publications to different channels arrive concurrently. p and p.Body are shared by
-	// every subscription the publication reaches: keep them if you like, never modify them.
-	Deliver(sub string, p *Publication)
+// Bus carries the hub's messages to the subscriptions they reach: bus.Memory on one node.
+// Publish delivers under the channel's lock, so each subscription gets a channel's messages
+// in offset order.
+type Bus interface {
+	// Deliver hands it to subscription sub of r, after everything delivered to r's sub
+	// before. It must not block on the receiver.
+	Deliver(r stream.Receiver, sub string, it *stream.Item)
 }
 
-// Publication is one publication, as the hub hands it to every subscription it reaches.
-type Publication struct {
-	Channel string
-	Event   string // "" when the publication has none
-	// Pos is the publication's place in the channel's stream: the channel's epoch on this
-	// node, and its offset there.
-	Pos wire.Position
-	// PosText is Pos's text form, what a delivery.Frame carries as its Pos. It is computed once
-	// here so that each of ten thousand deliveries does not format it again.
-	PosText string
-	// Body is the shared body of the message frame, from wire.AppendMessageBody. A subscriber's
-	// frame is wire.AppendDataHead(dst, wire.FrameMessage, sub) followed by Body.
-	Body []byte
-}
-
-// Config configures a Hub. The zero value is the default.
+// Config configures a Hub.
 type Config struct {
-	// NewEpoch returns the epoch of a channel stream that starts on this node: when a channel's
-	// state is created, and when its offsets would pass wire.MaxSafeOffset. It must return a
-	// valid epoch (1 to wire.MaxEpochBytes bytes of A-Z a-z 0-9 "._~-") that differs from every
-	// earlier epoch of the same channel, and be safe for concurrent use. Default: 16 random
-	// hexadecimal digits.
-	NewEpoch func() string
+	// Bus carries messages to subscribers. Required.
+	Bus Bus
+	// Broker assigns channels' positions. Default: a MemoryBroker with its defaults, for one
+	// node.
+	Broker Broker
 }
 
 // Hub is one node's channels: their offsets and epochs, the subscriptions to them, and the
 // fan-out of each publication to the subscriptions it matches. See the package documentation
 // for its concurrency model. The zero Hub is not usable; call New.
 type Hub struct {
-	newEpoch  func() string // read-only
-	maxOffset uint64        // read-only: wire.MaxSafeOffset, lowered by tests
+	bus    Bus    // read-only
+	broker Broker // read-only
 
 	// chMu guards the membership of channels; lookups take it shared. state.refs is decided
 	// under it held exclusively: see release.
@@ -71,7 +52,8 @@ type Hub struct {
 	published, delivered, forgotten atomic.Uint64
 }
 
-// state is one channel's stream on this node.
+// state is one channel on this node: the lock that orders its publications, and what holds
+// it. Its stream's position is the broker's.
 type state struct {
 	name string // read-only
 
@@ -81,11 +63,9 @@ type state struct {
 	// acquire can overlap.
 	refs atomic.Int32
 
-	// mu serializes the publishes to this channel, from assigning an offset to the last
-	// delivery, so every subscriber sees them in offset order. It guards the fields below.
-	mu     sync.Mutex
-	epoch  string
-	offset uint64 // of the last publication; 0 before the first
+	// mu serializes the publishes to this channel, from asking the broker for a position to
+	// the last delivery, so every subscriber sees them in offset order. It guards holders.
+	mu sync.Mutex
 	// holders[k] is the bucket at this name's depth-k ancestor token (0 is the root, the last
 	// is the name itself) when a subscription in it has matched a publish here, or exactly
 	// subscribed here, since the bucket was created. The state lives while it has a holder.
@@ -102,49 +82,39 @@ func (st *state) heldLocked() bool {
 }
 
 // New returns an empty hub. It starts no goroutine and needs no closing.
-func New(cfg Config) *Hub {
-	h := &Hub{
-		newEpoch:  cfg.NewEpoch,
-		maxOffset: wire.MaxSafeOffset,
-		channels:  make(map[string]*state),
-		tokens:    make(map[string]*bucket),
+func New(cfg Config) (*Hub, error) {
+	if cfg.Bus == nil {
+		return nil, errors.New("channel: no bus")
 	}
-	if h.newEpoch == nil {
-		h.newEpoch = randomEpoch
+	if cfg.Broker == nil {
+		cfg.Broker = NewMemoryBroker(MemoryBrokerConfig{})
+	}
+	h := &Hub{
+		bus:      cfg.Bus,
+		broker:   cfg.Broker,
+		channels: make(map[string]*state),
+		tokens:   make(map[string]*bucket),
 	}
 	h.targets.New = func() any { return new([]*subscription) }
-	return h
-}
-
-// randomEpoch returns 16 random hexadecimal digits. An epoch needs to differ from the earlier
-// epochs of its channel, not to be secret, so the runtime's generator (seeded from the OS,
-// never repeating across processes) is enough: two incarnations of a channel share an epoch
-// with probability 2^-64.
-func randomEpoch() string {
-	var b [8]byte
-	v := rand.Uint64()
-	for i := range b {
-		b[i] = byte(v >> (8 * i))
-	}
-	return hex.EncodeToString(b[:])
+	return h, nil
 }
 
 // Subscribe adds a subscription with id sub and pattern p for s, live when it returns, and
-// returns the function that ends it. The hub does not look at sub beyond handing it back to
-// Deliver; keeping ids unique per connection is the session's business.
+// returns the function that ends it. The hub does not look at sub beyond handing it back with
+// each item; keeping ids unique per connection is the session's business.
 //
 // For an exact pattern, pos is the channel's position at the moment the subscription went
 // live: s receives every publication after it, and none at or before it. Offset 0 means before
 // the channel's first publication in that epoch. For a pattern with wildcards pos is zero:
 // the subscription spans many streams, and each message carries its own position.
 //
-// unsubscribe ends the subscription. Once it returns, Deliver is not running for it and will
-// not be called for it again. It may be called more than once, from any goroutine, but not
-// from inside Deliver, nor while holding a lock that Deliver takes: it waits for a Deliver that
-// is running to return.
+// unsubscribe ends the subscription. Once it returns, no delivery to it is running and none
+// will start. It may be called more than once, from any goroutine, but not from inside Push,
+// nor while holding a lock that a delivery takes: it waits for a delivery that is running to
+// return. err is the broker's, when it cannot say an exact channel's position.
 //
-// p must come from ParsePattern: Subscribe panics on the zero Pattern or a nil Subscriber.
-func (h *Hub) Subscribe(s Subscriber, sub string, p Pattern) (pos wire.Position, unsubscribe func()) {
+// p must come from ParsePattern: Subscribe panics on the zero Pattern or a nil receiver.
+func (h *Hub) Subscribe(s stream.Receiver, sub string, p Pattern) (pos stream.Position, unsubscribe func(), err error) {
 	if p.IsZero() {
 		panic("channel: Subscribe with the zero Pattern; build one with ParsePattern")
 	}
@@ -157,7 +127,7 @@ func (h *Hub) Subscribe(s Subscriber, sub string, p Pattern) (pos wire.Position,
 		h.mu.Lock()
 		h.addLocked(sn, p)
 		h.mu.Unlock()
-		return wire.Position{}, unsubscribe
+		return stream.Position{}, unsubscribe, nil
 	}
 	// An exact subscription takes the channel's lock, so no publish is between assigning its
 	// offset and collecting its subscribers while the subscription joins: every publication
@@ -166,6 +136,10 @@ func (h *Hub) Subscribe(s Subscriber, sub string, p Pattern) (pos wire.Position,
 	st := h.acquire(p.glob)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	defer h.release(st)
+	if pos, err = h.broker.Head(p.glob); err != nil {
+		return stream.Position{}, nil, err
+	}
 	h.mu.Lock()
 	b := h.addLocked(sn, p)
 	if st.holders[b.depth] != b {
@@ -173,9 +147,7 @@ func (h *Hub) Subscribe(s Subscriber, sub string, p Pattern) (pos wire.Position,
 		st.holders[b.depth] = b
 	}
 	h.mu.Unlock()
-	pos = wire.ChannelPosition(st.epoch, st.offset)
-	h.release(st)
-	return pos, unsubscribe
+	return pos, unsubscribe, nil
 }
 
 // unsubscribe takes sn out of the index, waits out a Deliver to it that is running, and when
@@ -226,38 +198,29 @@ func (h *Hub) drop(b *bucket) {
 // A publication to a channel that no subscription on this node matches still gets a position,
 // and the channel's state, epoch included, is then forgotten at once: see the package
 // documentation.
-func (h *Hub) Publish(channel, event string, data json.RawMessage) (wire.Position, error) {
+func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Position, error) {
 	if e := checkName(channel); e != nil {
-		return wire.Position{}, e
+		return stream.Position{}, e
 	}
 	if event != "" {
 		if e := checkEvent(event); e != nil {
-			return wire.Position{}, e
+			return stream.Position{}, e
 		}
 	}
 	st := h.acquire(channel)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	defer h.release(st)
 
-	if st.offset >= h.maxOffset {
-		// Offsets must stay exact in a JavaScript number, so the stream starts again. A
-		// subscriber sees the epoch change; nothing was lost.
-		st.epoch, st.offset = h.newEpoch(), 0
+	pos, err := h.broker.Next(channel)
+	if err != nil {
+		return stream.Position{}, err
 	}
-	st.offset++
-	pos := wire.ChannelPosition(st.epoch, st.offset)
-	var text [32 + wire.MaxEpochBytes]byte
-	p := &Publication{Channel: channel, Event: event, Pos: pos, PosText: string(pos.AppendText(text[:0]))}
-	// Room for the position, the keys and the names, so the body is one allocation.
-	const overhead = len(`"pos":{"epoch":"","offset":},"channel":"","event":"","data":}`) + 20
-	p.Body = wire.AppendMessageBody(
-		make([]byte, 0, overhead+len(st.epoch)+len(channel)+len(event)+len(data)),
-		&wire.Message{Pos: pos, Channel: channel, Event: event, Data: data})
-
+	it := stream.NewMessage(&stream.Message{Pos: pos, Channel: channel, Event: event, Data: data})
 	ts := h.collect(st, channel, event)
 	n := 0
 	for _, sn := range *ts {
-		if sn.deliver(p) {
+		if sn.deliver(h.bus, it) {
 			n++
 		}
 	}
@@ -267,7 +230,6 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (wire.Positio
 
 	h.published.Add(1)
 	h.delivered.Add(uint64(n))
-	h.release(st)
 	return pos, nil
 }
 
@@ -347,11 +309,10 @@ func (h *Hub) acquire(name string) *state {
 	if st != nil {
 		return st
 	}
-	epoch := h.newEpoch() // outside the lock; wasted only if another caller creates it first
 	h.chMu.Lock()
 	defer h.chMu.Unlock()
 	if st = h.channels[name]; st == nil {
-		st = &state{name: name, epoch: epoch}
+		st = &state{name: name}
 		h.channels[name] = st
 	}
 	st.refs.Add(1)
@@ -370,6 +331,10 @@ func (h *Hub) release(st *state) {
 	// forgotten: its name may belong to a newer state by now.
 	if st.refs.Add(-1) == 0 && h.channels[st.name] == st {
 		delete(h.channels, st.name)
+		// Nobody on this node holds the channel's stream: its next publication starts a new
+		// epoch. The broker forgets it under chMu, so no new state for the name can ask it
+		// for a position first.
+		h.broker.Forget(st.name)
 		h.forgotten.Add(1)
 	}
 	h.chMu.Unlock()
@@ -380,16 +345,17 @@ func (h *Hub) release(st *state) {
 // and its next publication starts a new epoch. The answer may be stale by the time the caller
 // reads it, unless the caller holds an exact subscription to the channel, which keeps the
 // epoch.
-func (h *Hub) Head(name string) (wire.Position, bool) {
+func (h *Hub) Head(name string) (stream.Position, bool) {
 	h.chMu.RLock()
 	st := h.channels[name]
 	h.chMu.RUnlock()
 	if st == nil {
-		return wire.Position{}, false
+		return stream.Position{}, false
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return wire.ChannelPosition(st.epoch, st.offset), true
+	pos, err := h.broker.Head(name)
+	return pos, err == nil
 }
 
 // Stats is a snapshot of a hub's gauges and counters.

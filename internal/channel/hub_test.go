@@ -11,14 +11,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
 func TestPublishFrame(t *testing.T) {
-	h := New(Config{NewEpoch: counterEpochs()})
+	h := testHub(counterEpochs(), 0)
 	var body []byte
-	var pub *Publication
-	_, unsub := h.Subscribe(subscriberFunc(func(sub string, p *Publication) { pub, body = p, p.Body }), "s1", mustPattern(t, "chat/room1", ""))
+	var pub *stream.Message
+	_, unsub, _ := h.Subscribe(subscriberFunc(func(sub string, it *stream.Item) { pub, body = it.Message, it.Encoded(wire.Codec{}) }), "s1", mustPattern(t, "chat/room1", ""))
 	defer unsub()
 
 	pos := mustPublish(t, h, "chat/room1", "msg", `{"text":"hi"}`)
@@ -29,7 +30,7 @@ func TestPublishFrame(t *testing.T) {
 	if string(body) != wantBody {
 		t.Errorf("body\n got %s\nwant %s", body, wantBody)
 	}
-	if pub.PosText != "e1:1" || pub.Pos != pos || pub.Channel != "chat/room1" || pub.Event != "msg" {
+	if pub.Pos != pos || pub.Channel != "chat/room1" || pub.Event != "msg" {
 		t.Errorf("publication = %+v", pub)
 	}
 	// Head and body make one frame the client decodes.
@@ -49,9 +50,9 @@ func TestPublishFrame(t *testing.T) {
 	}
 }
 
-type subscriberFunc func(sub string, p *Publication)
+type subscriberFunc func(sub string, it *stream.Item)
 
-func (f subscriberFunc) Deliver(sub string, p *Publication) { f(sub, p) }
+func (f subscriberFunc) Push(sub string, it *stream.Item) { f(sub, it) }
 
 // TestDispatch publishes once to each of several channels with a fixed set of subscriptions
 // and checks who got what.
@@ -87,10 +88,10 @@ func TestDispatch(t *testing.T) {
 		{"a/b/c", "", []string{"all"}},
 		{"zzz/y", "", []string{"all"}},
 	}
-	h := New(Config{})
+	h := testHub(nil, 0)
 	r := &recorder{}
 	for _, s := range subs {
-		_, unsub := h.Subscribe(r, s.sub, mustPattern(t, s.glob, s.event))
+		_, unsub, _ := h.Subscribe(r, s.sub, mustPattern(t, s.glob, s.event))
 		defer unsub()
 	}
 	for _, tt := range tests {
@@ -121,9 +122,9 @@ func sortedCopy(s []string) []string {
 }
 
 func TestOffsetsAndEpochs(t *testing.T) {
-	h := New(Config{NewEpoch: counterEpochs()})
+	h := testHub(counterEpochs(), 0)
 	r := &recorder{}
-	pos, unsub := h.Subscribe(r, "s", mustPattern(t, "chat/room1", ""))
+	pos, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "chat/room1", ""))
 	if want := wire.ChannelPosition("e1", 0); pos != want {
 		t.Fatalf("Subscribe pos = %v, want %v (before the first publication)", pos, want)
 	}
@@ -136,7 +137,7 @@ func TestOffsetsAndEpochs(t *testing.T) {
 		t.Errorf("Head = %v, %v; want e1:100, true", head, ok)
 	}
 	// Another channel has its own offsets and epoch.
-	_, unsub2 := h.Subscribe(r, "t", mustPattern(t, "chat/room2", ""))
+	_, unsub2, _ := h.Subscribe(r, "t", mustPattern(t, "chat/room2", ""))
 	if got := mustPublish(t, h, "chat/room2", "", "1"); got != wire.ChannelPosition("e2", 1) {
 		t.Errorf("first publish to another channel at %v, want e2:1", got)
 	}
@@ -146,7 +147,7 @@ func TestOffsetsAndEpochs(t *testing.T) {
 	}
 
 	// A second subscriber joins mid-stream and is told where it starts.
-	pos2, unsub3 := h.Subscribe(r, "late", mustPattern(t, "chat/room1", ""))
+	pos2, unsub3, _ := h.Subscribe(r, "late", mustPattern(t, "chat/room1", ""))
 	if pos2 != wire.ChannelPosition("e1", 100) {
 		t.Errorf("late Subscribe pos = %v, want e1:100", pos2)
 	}
@@ -158,7 +159,7 @@ func TestOffsetsAndEpochs(t *testing.T) {
 	if _, ok := h.Head("chat/room1"); ok {
 		t.Error("Head found the channel after its last subscriber left")
 	}
-	pos, unsub = h.Subscribe(r, "s", mustPattern(t, "chat/room1", ""))
+	pos, unsub, _ = h.Subscribe(r, "s", mustPattern(t, "chat/room1", ""))
 	defer unsub()
 	if pos.Epoch == "e1" || pos.Offset != 0 {
 		t.Errorf("resubscribed at %v, want a new epoch at offset 0", pos)
@@ -166,10 +167,9 @@ func TestOffsetsAndEpochs(t *testing.T) {
 }
 
 func TestEpochRollsOverAtMaxOffset(t *testing.T) {
-	h := New(Config{NewEpoch: counterEpochs()})
-	h.maxOffset = 3
+	h := testHub(counterEpochs(), 3)
 	r := &recorder{}
-	_, unsub := h.Subscribe(r, "s", mustPattern(t, "c", ""))
+	_, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "c", ""))
 	defer unsub()
 	var got []string
 	for range 7 {
@@ -186,7 +186,7 @@ func TestEpochRollsOverAtMaxOffset(t *testing.T) {
 
 func TestForgetting(t *testing.T) {
 	t.Run("publish nobody receives", func(t *testing.T) {
-		h := New(Config{NewEpoch: counterEpochs()})
+		h := testHub(counterEpochs(), 0)
 		a := mustPublish(t, h, "chat/room1", "", "1")
 		b := mustPublish(t, h, "chat/room1", "", "1")
 		if a != wire.ChannelPosition("e1", 1) || b != wire.ChannelPosition("e2", 1) {
@@ -197,8 +197,8 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("non-matching subscription under the same anchor", func(t *testing.T) {
-		h := New(Config{})
-		_, unsub := h.Subscribe(&recorder{}, "s", mustPattern(t, "docs/*/inbox", ""))
+		h := testHub(nil, 0)
+		_, unsub, _ := h.Subscribe(&recorder{}, "s", mustPattern(t, "docs/*/inbox", ""))
 		defer unsub()
 		mustPublish(t, h, "docs/alice/outbox", "", "1")
 		if s := h.Stats(); s.Channels != 0 {
@@ -206,8 +206,8 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("exact subscription", func(t *testing.T) {
-		h := New(Config{})
-		_, unsub := h.Subscribe(&recorder{}, "s", mustPattern(t, "chat/room1", ""))
+		h := testHub(nil, 0)
+		_, unsub, _ := h.Subscribe(&recorder{}, "s", mustPattern(t, "chat/room1", ""))
 		if s := h.Stats(); s.Channels != 1 || s.Tokens != 1 || s.Subscriptions != 1 {
 			t.Errorf("stats %+v, want one channel, token and subscription", s)
 		}
@@ -219,10 +219,10 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("pattern subscription", func(t *testing.T) {
-		h := New(Config{NewEpoch: counterEpochs()})
+		h := testHub(counterEpochs(), 0)
 		r := &recorder{}
-		_, unsub := h.Subscribe(r, "s", mustPattern(t, "docs/**", ""))
-		_, other := h.Subscribe(r, "o", mustPattern(t, "docs/*/x", ""))
+		_, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "docs/**", ""))
+		_, other, _ := h.Subscribe(r, "o", mustPattern(t, "docs/*/x", ""))
 		for i := range 10 {
 			mustPublish(t, h, "docs/a", "", "1")
 			mustPublish(t, h, "docs/b/c", "", "1")
@@ -247,10 +247,10 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("event filter still holds", func(t *testing.T) {
-		h := New(Config{NewEpoch: counterEpochs()})
+		h := testHub(counterEpochs(), 0)
 		r := &recorder{}
-		_, unsub := h.Subscribe(r, "s", mustPattern(t, "chat/room1", "mention"))
-		_, unsub2 := h.Subscribe(r, "t", mustPattern(t, "docs/**", "mention"))
+		_, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "chat/room1", "mention"))
+		_, unsub2, _ := h.Subscribe(r, "t", mustPattern(t, "docs/**", "mention"))
 		defer unsub()
 		defer unsub2()
 		mustPublish(t, h, "chat/room1", "chat", "1")
@@ -265,9 +265,9 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("two tokens hold one channel", func(t *testing.T) {
-		h := New(Config{})
-		_, a := h.Subscribe(&recorder{}, "a", mustPattern(t, "docs/**", ""))
-		_, b := h.Subscribe(&recorder{}, "b", mustPattern(t, "docs/x/**", ""))
+		h := testHub(nil, 0)
+		_, a, _ := h.Subscribe(&recorder{}, "a", mustPattern(t, "docs/**", ""))
+		_, b, _ := h.Subscribe(&recorder{}, "b", mustPattern(t, "docs/x/**", ""))
 		mustPublish(t, h, "docs/x/y", "", "1")
 		before, _ := h.Head("docs/x/y")
 		a()
@@ -282,7 +282,7 @@ func TestForgetting(t *testing.T) {
 }
 
 func TestPublishRefuses(t *testing.T) {
-	h := New(Config{})
+	h := testHub(nil, 0)
 	tests := []struct {
 		channel, event string
 		want           error
@@ -304,7 +304,7 @@ func TestPublishRefuses(t *testing.T) {
 }
 
 func TestSubscribePanics(t *testing.T) {
-	h := New(Config{})
+	h := testHub(nil, 0)
 	for name, f := range map[string]func(){
 		"zero pattern":   func() { h.Subscribe(&recorder{}, "s", Pattern{}) },
 		"nil subscriber": func() { h.Subscribe(nil, "s", mustPattern(t, "a", "")) },
@@ -321,7 +321,7 @@ func TestSubscribePanics(t *testing.T) {
 }
 
 func TestManySubscribers(t *testing.T) {
-	h := New(Config{})
+	h := testHub(nil, 0)
 	const n = 2000
 	rs := make([]*recorder, n)
 	var unsubs []func()
@@ -331,7 +331,7 @@ func TestManySubscribers(t *testing.T) {
 		if i%2 == 1 {
 			glob = "rooms/*"
 		}
-		_, u := h.Subscribe(rs[i], "s"+strconv.Itoa(i), mustPattern(t, glob, ""))
+		_, u, _ := h.Subscribe(rs[i], "s"+strconv.Itoa(i), mustPattern(t, glob, ""))
 		unsubs = append(unsubs, u)
 	}
 	for range 3 {
@@ -368,12 +368,12 @@ func TestManySubscribers(t *testing.T) {
 // publish elsewhere: every subscriber sees the channel's offsets 1, 2, 3, ... with none missing
 // or out of order, and the positions the publishers got back are exactly those.
 func TestOrderUnderConcurrentPublishers(t *testing.T) {
-	h := New(Config{})
+	h := testHub(nil, 0)
 	const publishers, each = 4, 300
 	rs := make([]*recorder, 6)
 	for i, glob := range []string{"chat/room1", "chat/room1", "chat/**", "*/room1", "**", "chat/*"} {
 		rs[i] = &recorder{}
-		_, u := h.Subscribe(rs[i], "s", mustPattern(t, glob, ""))
+		_, u, _ := h.Subscribe(rs[i], "s", mustPattern(t, glob, ""))
 		defer u()
 	}
 	var wg sync.WaitGroup
@@ -428,14 +428,14 @@ func TestOrderUnderConcurrentPublishers(t *testing.T) {
 // TestNoDeliveryAfterUnsubscribe checks the unsubscribe contract while publishers run flat out:
 // once it returns, Deliver is never called for the subscription again.
 func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
-	h := New(Config{})
+	h := testHub(nil, 0)
 	// Padding ahead of the subscription under test in its group, so a publish spends a while
 	// delivering to others between collecting it and reaching it: the window unsubscribe must
 	// close.
-	noop := subscriberFunc(func(string, *Publication) {})
+	noop := subscriberFunc(func(string, *stream.Item) {})
 	for _, glob := range []string{"rooms/1", "rooms/*"} {
 		for range 1000 {
-			_, u := h.Subscribe(noop, "pad", mustPattern(t, glob, ""))
+			_, u, _ := h.Subscribe(noop, "pad", mustPattern(t, glob, ""))
 			defer u()
 		}
 	}
@@ -456,7 +456,7 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 	for round := range 50 {
 		var ended atomic.Bool
 		var late, before atomic.Int64
-		s := subscriberFunc(func(string, *Publication) {
+		s := subscriberFunc(func(string, *stream.Item) {
 			if ended.Load() {
 				late.Add(1)
 			} else {
@@ -467,7 +467,7 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 		if round%2 == 0 {
 			glob = "rooms/1"
 		}
-		_, unsub := h.Subscribe(s, "s", mustPattern(t, glob, ""))
+		_, unsub, _ := h.Subscribe(s, "s", mustPattern(t, glob, ""))
 		for before.Load() == 0 {
 			runtime.Gosched() // wait until it is receiving, so the unsubscribe races a live publisher
 		}
@@ -485,9 +485,9 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 // TestSubscribeIsLiveFromPos subscribes exactly while a publisher runs: each subscription
 // receives precisely the offsets after the position Subscribe returned.
 func TestSubscribeIsLiveFromPos(t *testing.T) {
-	h := New(Config{})
+	h := testHub(nil, 0)
 	// A holder for the channel, so its epoch lasts the whole test.
-	_, hold := h.Subscribe(&recorder{}, "hold", mustPattern(t, "c", ""))
+	_, hold, _ := h.Subscribe(&recorder{}, "hold", mustPattern(t, "c", ""))
 	defer hold()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -509,7 +509,7 @@ func TestSubscribeIsLiveFromPos(t *testing.T) {
 	var js []joined
 	for range 50 {
 		r := &recorder{}
-		pos, u := h.Subscribe(r, "s", mustPattern(t, "c", ""))
+		pos, u, _ := h.Subscribe(r, "s", mustPattern(t, "c", ""))
 		js = append(js, joined{pos, r, u})
 		// Let the publisher move on, so each subscription joins a different head.
 		for head, _ := h.Head("c"); head.Offset <= pos.Offset; head, _ = h.Head("c") {
@@ -537,7 +537,7 @@ func TestSubscribeIsLiveFromPos(t *testing.T) {
 // TestChurn subscribes, unsubscribes and publishes from many goroutines at once, for the race
 // detector, and checks that nothing is left behind once everyone has gone.
 func TestChurn(t *testing.T) {
-	h := New(Config{})
+	h := testHub(nil, 0)
 	globs := []string{"a", "a/b", "a/*", "a/**", "*/b", "**", "a/b/c", "a/*/c", "b/**"}
 	names := []string{"a", "a/b", "a/c", "a/b/c", "b/b", "b/x/y", "c"}
 	var wg sync.WaitGroup
@@ -547,7 +547,7 @@ func TestChurn(t *testing.T) {
 			for i := range 2000 {
 				switch (i + w) % 3 {
 				case 0:
-					_, u := h.Subscribe(&recorder{}, "s", mustPattern(t, globs[(i*7+w)%len(globs)], ""))
+					_, u, _ := h.Subscribe(&recorder{}, "s", mustPattern(t, globs[(i*7+w)%len(globs)], ""))
 					held = append(held, u)
 				case 1:
 					if len(held) > 0 {

@@ -6,7 +6,11 @@ package channel
 //
 // Everything here is guarded by Hub.mu unless a field says otherwise.
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/heraldrt/herald/internal/stream"
+)
 
 // bucket holds the subscriptions anchored at one token. It is in Hub.tokens exactly while it
 // holds a subscription: the last one out removes it, so a token nobody watches costs a publish
@@ -55,8 +59,8 @@ type group struct {
 
 // subscription is one Subscribe call: a subscriber, its subscription id and the group it is in.
 type subscription struct {
-	s  Subscriber // read-only
-	id string     // read-only
+	s  stream.Receiver // read-only
+	id string          // read-only
 
 	g *group // guarded by Hub.mu; nil once removed from the index
 	i int    // guarded by Hub.mu; index in g.subs
@@ -67,15 +71,15 @@ type subscription struct {
 	live bool // guarded by mu
 }
 
-// deliver hands p to the subscriber unless the subscription has ended, and reports whether it
-// did.
-func (sn *subscription) deliver(p *Publication) bool {
+// deliver hands it to the subscriber over bus unless the subscription has ended, and reports
+// whether it did.
+func (sn *subscription) deliver(bus Bus, it *stream.Item) bool {
 	sn.mu.RLock()
 	defer sn.mu.RUnlock()
 	if !sn.live {
 		return false
 	}
-	sn.s.Deliver(sn.id, p)
+	bus.Deliver(sn.s, sn.id, it)
 	return true
 }
 

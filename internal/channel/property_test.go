@@ -33,7 +33,7 @@ type modelSub struct {
 }
 
 func runProgram(t *testing.T, rng *rand.Rand, steps int) {
-	h := New(Config{NewEpoch: counterEpochs()})
+	h := testHub(counterEpochs(), 0)
 	r := &recorder{}
 	live := map[string]*modelSub{}
 	heldBy := map[string]map[string]bool{} // channel -> live subs that hold it
@@ -47,7 +47,7 @@ func runProgram(t *testing.T, rng *rand.Rand, steps int) {
 			glob, event := randomPattern(rng), randomEvent(rng)
 			id := "s" + strconv.Itoa(next)
 			next++
-			pos, unsub := h.Subscribe(r, id, mustPattern(t, glob, event))
+			pos, unsub, _ := h.Subscribe(r, id, mustPattern(t, glob, event))
 			live[id] = &modelSub{glob, event, unsub}
 			if !strings.Contains(glob, "*") {
 				if e, ok := lastEpoch[glob]; ok && len(heldBy[glob]) > 0 && pos.Epoch != e {

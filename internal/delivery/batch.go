@@ -35,7 +35,8 @@ type Item struct {
 	// Body is the control frame, the encoded marker, or the data frame's shared body. The
 	// writer must not modify it.
 	Body []byte
-	// Key and Pos are the data frame's; a marker has its Key and no Pos.
+	// Key and Pos are the data frame's, or a control frame's about a subscription (PushControlAt);
+	// a marker has its Key and no Pos.
 	Key, Pos string
 	// Marker is the range a KindMarker item announces, as it was encoded; nil for the other
 	// kinds. It points into the Batch, so it is valid only until the next call.
@@ -143,11 +144,11 @@ func (l *Lanes) fillLocked(b *Batch) bool {
 	}
 
 	nControl := 0
-	for l.control.len() > 0 && fits(len(*l.control.front())) {
+	for l.control.len() > 0 && fits(len(l.control.front().b)) {
 		c := l.control.pop()
-		b.Items = append(b.Items, Item{Kind: KindControl, Body: c})
-		bytes += len(c)
-		l.ctlBytes -= len(c)
+		b.Items = append(b.Items, Item{Kind: KindControl, Body: c.b, Key: c.key, Pos: c.pos})
+		bytes += len(c.b)
+		l.ctlBytes -= len(c.b)
 		nControl++
 	}
 	if nControl > 0 && l.roomWait != nil {

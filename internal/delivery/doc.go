@@ -3,8 +3,8 @@
 //
 // # Concurrency model
 //
-// Each connection has one Lanes. Producers (the fan-out hub, from many goroutines) call
-// PushData, PushControl and Forget. Exactly one writer goroutine, owned by the transport, calls
+// Each connection has one Lanes. Producers (the session, on behalf of the router, the channel
+// hub and its own replies, from many goroutines) call PushData, Gap, PushControl and Forget. Exactly one writer goroutine, owned by the transport, calls
 // TryNext and Next and writes what they return to the socket. Anyone may call Close, Stalled,
 // Stats and ControlRoom.
 //
@@ -38,21 +38,30 @@
 //     bytes. Otherwise the frame is lost: PushData returns false and the loss goes into K's
 //     marker. A frame larger than MaxDataBytes is lost with ReasonTooLarge; one that does not
 //     fit the lane as it stands, with ReasonLaneFull.
+//
 //  2. One marker per key. The first loss for K opens K's marker: First = Last = the frame's
 //     Pos, Lost = 1, Reason = why it was lost. While that marker is unsent, every later frame
 //     for K is lost into it too, whatever room the lane has: Last becomes its Pos and Lost
-//     grows, while First and Reason stay. A frame standing for a range (Frame.First) counts
-//     as its range's length, and one whose length is unknown makes Lost 0, unknown, for the
-//     rest of the marker's life: a count is given only when it is exact. Each lost frame is
-//     counted under its marker's reason. So K's view stays contiguous: the client sees K's
+//     grows, while First and Reason stay. So K's view stays contiguous: the client sees K's
 //     data up to the gap, exactly one marker naming the whole gap, then K's data after it, and
 //     never a frame from inside a range it was told was lost.
+//
+//     Every gap takes this one path. A producer's gap (a transaction too large to hold, a
+//     change whose effect on a view could not be told, a resume older than the history, a
+//     rule that failed, a hop upstream that lost items) is marked with Gap, which opens or
+//     widens K's marker exactly as a lost frame does, with the gap's own range, count and
+//     reason. A gap whose count is unknown makes Lost 0, unknown, for the rest of the
+//     marker's life: a count is given only when it is exact. Lost items are counted under
+//     their marker's reason.
+//
 //  3. Order. A marker records as its barrier the number of data frames admitted when it
 //     opened. It is ready once the writer has taken that many, i.e. every frame admitted
 //     before the first loss, K's included, went out in an earlier batch. Only ready markers
 //     are written; within a batch they come after control frames and before data frames.
+//
 //  4. Independence. Markers are per key. One key's marker never delays, suppresses or
 //     replaces another key's, and never holds back another key's data.
+//
 //  5. Retention. Markers take no slot in either lane; they live in a per-connection table with
 //     at most one entry per key, bounded by the subscriptions the server allows a connection.
 //     A ready marker that does not fit the current batch's budget (Config.MaxBatchFrames and
@@ -60,11 +69,14 @@
 //     open and still extending, and is written in a later batch. A marker is never dropped
 //     while the connection and its subscription live, and once the writer has drained the
 //     data lane every marker is ready, so none can be stranded.
+//
 //  6. Encoding. A marker is encoded when it is written, by Config.EncodeMarker, so the range
 //     it carries is the one current at that moment. Writing it closes it: K's next frame is
 //     admitted normally, and a later loss opens a new marker.
+//
 //  7. Forgetting. Forget(K), on unsubscribe, drops K's outstanding marker: nobody is left to
 //     resync. Close drops them all. Nothing else removes a marker unsent.
+//
 //  8. Stall. The connection is stalled from the first ReasonLaneFull loss until a batch leaves
 //     the data lane empty; Stalled reports since when, by Config.Now, and the transport closes
 //     the connection as too slow once that passes its limit. See Stalled for the reasoning.

@@ -19,22 +19,6 @@ type Frame struct {
 	// Pos is the frame's opaque stream position (an LSN like "16/B374D848", or
 	// "epoch:offset"). A Marker names its lost range with these.
 	Pos string
-	// First and Count are for a frame that itself stands for a range of items (a resync the
-	// producer sends): a non-empty First is the range's first position, and Count its length,
-	// 0 when the producer does not know it. Lost, such a frame widens its key's marker by the
-	// whole range, and a range of unknown length leaves the marker's count unknown. Both zero
-	// for an ordinary frame: Pos, and one item.
-	First string
-	Count uint64
-}
-
-// span is the first position f stands for and how many items: 1 for an ordinary frame, a
-// range's Count, 0 when that is unknown.
-func (f *Frame) span() (string, uint64) {
-	if f.First == "" {
-		return f.Pos, 1
-	}
-	return f.First, f.Count
 }
 
 // Size is the frame's length on the wire, which is what the data lane's byte bound counts.
@@ -77,7 +61,7 @@ type Lanes struct {
 	// The fields below are guarded by mu.
 	closed   bool
 	parked   bool // the writer found nothing and is waiting on wake
-	control  ring[[]byte]
+	control  ring[control]
 	ctlBytes int
 	data     ring[Frame]
 	datBytes int
@@ -104,11 +88,22 @@ func New(cfg Config) (*Lanes, error) {
 	return &Lanes{cfg: cfg.withDefaults(), wake: make(chan struct{}, 1)}, nil
 }
 
+// control is one queued control frame, and the subscription and position it is about, if any.
+type control struct {
+	b        []byte
+	key, pos string
+}
+
 // PushControl queues a control frame (a reply, an error, a pong) and takes ownership of b: the
 // caller must not modify it afterwards. It returns ErrClosed after Close, and a
 // *ControlFullError when the control lane has no room, on which the caller closes the
 // connection as too slow. Safe for concurrent use.
-func (l *Lanes) PushControl(b []byte) error {
+func (l *Lanes) PushControl(b []byte) error { return l.PushControlAt(b, "", "") }
+
+// PushControlAt is PushControl for a frame about subscription key at position pos (a
+// subscribed reply), which the writer's Item carries as its Key and Pos: a transport that marks
+// positions, as SSE's event ids do, reads them there rather than parse the frame back.
+func (l *Lanes) PushControlAt(b []byte, key, pos string) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -124,7 +119,7 @@ func (l *Lanes) PushControl(b []byte) error {
 		l.stats.controlRefused.Add(1)
 		return err
 	}
-	l.control.push(b, l.cfg.MaxControlFrames)
+	l.control.push(control{b: b, key: key, pos: pos}, l.cfg.MaxControlFrames)
 	l.ctlBytes += len(b)
 	wake := l.unparkLocked()
 	l.mu.Unlock()
@@ -165,17 +160,7 @@ func (l *Lanes) PushData(f Frame) bool {
 	if m := l.markers.get(f.Key); m != nil {
 		// Rule 2: the key's gap is still open, so this frame joins it. Admitting it would put
 		// a frame from after the gap ahead of the marker that announces the gap.
-		_, n := f.span()
-		m.Last = f.Pos
-		if m.Lost != 0 && n != 0 {
-			m.Lost += n
-		} else {
-			m.Lost = 0 // one range of unknown length makes the whole gap's count unknown
-		}
-		reason := m.Reason // m belongs to the writer again once mu is released
-		l.mu.Unlock()
-		l.stats.lost(reason)
-		return false
+		return l.widenLocked(m, f.Pos, 1)
 	}
 	switch {
 	case size > l.cfg.MaxDataBytes:
@@ -193,24 +178,68 @@ func (l *Lanes) PushData(f Frame) bool {
 	return true
 }
 
-// loseLocked opens f.Key's marker with f as its first lost frame, and unlocks mu. It returns
-// false so PushData can return its result.
+// loseLocked puts f into f.Key's gap, opening it, and unlocks mu. It returns false so
+// PushData can return its result.
 func (l *Lanes) loseLocked(f Frame, reason DropReason) bool {
-	first, n := f.span()
-	m := l.markers.open(f.Key, reason, first, l.admitted)
-	m.Last, m.Lost = f.Pos, n
+	return l.openLocked(f.Key, f.Pos, f.Pos, 1, reason)
+}
+
+// Gap marks a gap in key's stream: the items from first to last, count of them (0 when the
+// count is not known exactly), may not reach the client, for reason. It is the one way every
+// gap reaches a connection, whatever its source: a producer's (a transaction too large to
+// hold, a change whose effect on a view could not be told, a resume older than the history, a
+// rule that failed, a hop upstream that lost items) as much as the lanes' own (a frame that
+// did not fit, rule 1). The gap goes into key's marker under the package's rules: it opens
+// one, with first, after every frame of key admitted before it (rule 3), or widens the one
+// already open (rule 2); and while it is unsent, later frames of key join it. A first of ""
+// says the gap's start is unknown. After Close it does nothing. Safe for concurrent use.
+func (l *Lanes) Gap(key, first, last string, count uint64, reason DropReason) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.stats.gaps.Add(1)
+	if m := l.markers.get(key); m != nil {
+		l.widenLocked(m, last, count)
+		return
+	}
+	l.openLocked(key, first, last, count, reason)
+}
+
+// openLocked opens key's marker for a gap of count items (0: unknown) from first to last,
+// and unlocks mu. It returns false, for PushData.
+func (l *Lanes) openLocked(key, first, last string, count uint64, reason DropReason) bool {
+	m := l.markers.open(key, reason, first, l.admitted)
+	m.Last, m.Lost = last, count
 	if reason == ReasonLaneFull && l.stallSince.IsZero() {
 		l.stallSince = l.cfg.Now()
 	}
-	// A frame too large for an empty lane leaves a marker that is ready at once, and a parked
-	// writer would otherwise not look at it until some other frame arrived.
+	// A gap in an empty lane leaves a marker that is ready at once, and a parked writer would
+	// otherwise not look at it until some other frame arrived.
 	wake := false
 	if m.barrier <= l.taken {
 		wake = l.unparkLocked()
 	}
 	l.mu.Unlock()
-	l.stats.lost(reason)
+	l.stats.lost(reason, count)
 	l.signal(wake)
+	return false
+}
+
+// widenLocked extends m, which is open, to last by count items (0: unknown), and unlocks mu.
+// One range of unknown length makes the whole gap's count unknown: a count is given only when
+// it is exact. It returns false, for PushData.
+func (l *Lanes) widenLocked(m *marker, last string, count uint64) bool {
+	m.Last = last
+	if m.Lost != 0 && count != 0 {
+		m.Lost += count
+	} else {
+		m.Lost = 0
+	}
+	reason := m.Reason // m belongs to the writer again once mu is released
+	l.mu.Unlock()
+	l.stats.lost(reason, max(count, 1))
 	return false
 }
 

@@ -1,19 +1,22 @@
 package delivery
 
-// DropReason says why a data frame was lost. The same constant is the log attribute, the metric
-// label and the reason a Marker carries.
-type DropReason string
+import "github.com/heraldrt/herald/internal/stream"
 
-// The closed set of reasons a data frame is lost.
+// DropReason says why a gap opened: stream.Reason. The same constant is the log attribute, the
+// metric label and the reason a Marker carries.
+type DropReason = stream.Reason
+
+// The reasons the lanes themselves lose a frame for; a producer's gap brings its own (Gap).
 const (
 	// ReasonLaneFull: the data lane had no free slot or not enough free bytes for the frame.
-	ReasonLaneFull DropReason = "lane_full"
+	ReasonLaneFull = stream.ReasonLaneFull
 	// ReasonTooLarge: the frame is larger than the whole data lane (Config.MaxDataBytes), so
 	// it could never be queued however fast the client read.
-	ReasonTooLarge DropReason = "too_large"
+	ReasonTooLarge = stream.ReasonTooLarge
 )
 
-// Reasons returns every DropReason, for metrics that pre-create their labels.
+// Reasons returns the reasons the lanes lose frames for, for metrics that pre-create their
+// labels.
 func Reasons() []DropReason { return []DropReason{ReasonLaneFull, ReasonTooLarge} }
 
 // Marker tells a client that the frames of one subscription from First to Last were lost, so its
@@ -21,9 +24,9 @@ func Reasons() []DropReason { return []DropReason{ReasonLaneFull, ReasonTooLarge
 // encodes, at write time.
 type Marker struct {
 	Key    string     // the subscription key whose frames were lost
-	Reason DropReason // why the first of them was lost; later losses join the same gap
-	First  string     // Pos of the first lost frame
-	Last   string     // Pos of the last lost frame so far
+	Reason DropReason // why the gap opened; later losses join the same gap
+	First  string     // Pos of the first lost item; "" when unknown
+	Last   string     // Pos of the last lost item so far
 	Lost   uint64     // how many items were lost, First and Last included; 0 when unknown
 }
 

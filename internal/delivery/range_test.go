@@ -3,18 +3,30 @@ package delivery
 import (
 	"context"
 	"testing"
+
+	"github.com/heraldrt/herald/internal/stream"
 )
 
-// TestRangeFrameWidensTheMarkerByItsWholeRange: a frame standing for many items (a resync the
-// producer sends) that cannot be queued leaves a marker covering all of them, from its first
-// position, and counts them all.
-func TestRangeFrameWidensTheMarkerByItsWholeRange(t *testing.T) {
-	l := newLanes(t, Config{MaxDataFrames: 1})
+// TestGapWidensTheMarkerByItsWholeRange: a producer's gap of many items leaves a marker
+// covering all of them, from its first position, written after the frames admitted before it,
+// and frames pushed after it join it.
+func TestGapWidensTheMarkerByItsWholeRange(t *testing.T) {
+	l := newLanes(t, Config{MaxDataFrames: 4})
 	if !l.PushData(Frame{Key: "k", Pos: "p1", Body: []byte("x")}) {
 		t.Fatal("first frame not admitted")
 	}
-	l.PushData(Frame{Key: "k", Pos: "t.9", First: "t.1", Count: 9, Body: []byte("resync")})
+	l.Gap("k", "t.1", "t.9", 9, ReasonTooLarge)
 	l.PushData(Frame{Key: "k", Pos: "u.1", Body: []byte("y")})
+	var first Batch
+	if err := l.Next(context.Background(), &first); err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Items) != 1 || first.Items[0].Kind != KindData || first.Items[0].Pos != "p1" {
+		t.Fatalf("first batch %+v, want p1 alone: the gap follows what was admitted before it", first.Items)
+	}
+	if st := l.Stats(); st.Gaps != 1 {
+		t.Errorf("gaps %d, want 1", st.Gaps)
+	}
 	var b Batch
 	var got *Marker
 	for got == nil {
@@ -28,38 +40,46 @@ func TestRangeFrameWidensTheMarkerByItsWholeRange(t *testing.T) {
 			}
 		}
 	}
-	if got.First != "t.1" || got.Last != "u.1" || got.Lost != 10 {
-		t.Errorf("marker %+v, want first t.1, last u.1, lost 10", *got)
+	if got.First != "t.1" || got.Last != "u.1" || got.Lost != 10 || got.Reason != ReasonTooLarge {
+		t.Errorf("marker %+v, want first t.1, last u.1, lost 10, too_large", *got)
 	}
 }
 
 // TestRangeOfUnknownLengthLeavesTheCountUnknown: a marker says how many items were lost only
-// when it knows exactly. A range whose length the producer does not know (Count 0), lost
-// anywhere in the gap, leaves the marker's Lost 0 for good, whatever else joins it.
+// when it knows exactly. A gap whose length the producer does not know (count 0), anywhere in
+// the marker's life, leaves its Lost 0 for good, whatever else joins it.
 func TestRangeOfUnknownLengthLeavesTheCountUnknown(t *testing.T) {
-	unknown := Frame{Key: "k", Pos: "t.9", First: "t.1", Body: []byte("resync")}
-	known := Frame{Key: "k", Pos: "s.4", First: "s.1", Count: 4, Body: []byte("resync")}
-	one := func(pos string) Frame { return Frame{Key: "k", Pos: pos, Body: []byte("x")} }
+	// loss is a frame lost (count 1), or a producer's gap from first to pos of count items.
+	type loss struct {
+		first, pos string
+		count      uint64
+		gap        bool
+	}
+	unknown := loss{"t.1", "t.9", 0, true}
+	known := loss{"s.1", "s.4", 4, true}
+	one := func(pos string) loss { return loss{pos, pos, 1, false} }
 	tests := []struct {
 		name     string
-		lost     []Frame // pushed after the one frame the lane holds
+		lost     []loss // after the one frame the lane holds
 		wantLost uint64
 	}{
-		{"ordinary frames", []Frame{one("a"), one("b")}, 2},
-		{"a counted range", []Frame{one("a"), known}, 5},
-		{"an unknown range first", []Frame{unknown, one("u.1"), known}, 0},
-		{"an unknown range last", []Frame{one("a"), known, unknown}, 0},
-		{"an unknown range between", []Frame{one("a"), unknown, one("u.1")}, 0},
+		{"ordinary frames", []loss{one("a"), one("b")}, 2},
+		{"a counted range", []loss{one("a"), known}, 5},
+		{"an unknown range first", []loss{unknown, one("u.1"), known}, 0},
+		{"an unknown range last", []loss{one("a"), known, unknown}, 0},
+		{"an unknown range between", []loss{one("a"), unknown, one("u.1")}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newLanes(t, Config{MaxDataFrames: 1})
-			if !l.PushData(one("p0")) {
+			if !l.PushData(Frame{Key: "k", Pos: "p0", Body: []byte("x")}) {
 				t.Fatal("first frame not admitted")
 			}
 			for _, f := range tt.lost {
-				if l.PushData(f) {
-					t.Fatalf("frame %s admitted, want it lost into the marker", f.Pos)
+				if f.gap {
+					l.Gap("k", f.first, f.pos, f.count, ReasonTransactionTooLarge)
+				} else if l.PushData(Frame{Key: "k", Pos: f.pos, Body: []byte("x")}) {
+					t.Fatalf("frame %s admitted, want it lost into the marker", f.pos)
 				}
 			}
 			var b Batch
@@ -75,10 +95,13 @@ func TestRangeOfUnknownLengthLeavesTheCountUnknown(t *testing.T) {
 					}
 				}
 			}
-			first, _ := tt.lost[0].span()
-			if got.First != first || got.Last != tt.lost[len(tt.lost)-1].Pos || got.Lost != tt.wantLost {
-				t.Errorf("marker %+v, want first %s, last %s, lost %d", *got, first, tt.lost[len(tt.lost)-1].Pos, tt.wantLost)
+			first, last := tt.lost[0].first, tt.lost[len(tt.lost)-1].pos
+			if got.First != first || got.Last != last || got.Lost != tt.wantLost {
+				t.Errorf("marker %+v, want first %s, last %s, lost %d", *got, first, last, tt.wantLost)
 			}
 		})
 	}
 }
+
+// ReasonTransactionTooLarge is a producer's reason, for the tests.
+const ReasonTransactionTooLarge = stream.ReasonTransactionTooLarge

@@ -17,6 +17,7 @@ type Stats struct {
 	ControlRefused   uint64 // control frames refused with *ControlFullError
 	MarkersEmitted   uint64 // markers handed to the writer
 	MarkersForgotten uint64 // markers dropped unsent by Forget or Close
+	Gaps             uint64 // gaps marked by Gap, whatever their source
 	Discarded        uint64 // frames dropped because the lanes were closed (queued at Close, or pushed after)
 
 	// Gauges: what is queued now.
@@ -52,14 +53,16 @@ type counters struct {
 	controlRefused                   atomic.Uint64
 	markersEmitted, markersForgotten atomic.Uint64
 	discarded                        atomic.Uint64
+	gaps                             atomic.Uint64
 }
 
-func (c *counters) lost(reason DropReason) {
+// lost counts n items lost under reason.
+func (c *counters) lost(reason DropReason, n uint64) {
 	switch reason {
 	case ReasonLaneFull:
-		c.lostLaneFull.Add(1)
+		c.lostLaneFull.Add(n)
 	case ReasonTooLarge:
-		c.lostTooLarge.Add(1)
+		c.lostTooLarge.Add(n)
 	}
 }
 
@@ -78,6 +81,7 @@ func (l *Lanes) Stats() Stats {
 		MarkersEmitted:   c.markersEmitted.Load(),
 		MarkersForgotten: c.markersForgotten.Load(),
 		Discarded:        c.discarded.Load(),
+		Gaps:             c.gaps.Load(),
 	}
 	l.mu.Lock()
 	s.DataFrames, s.DataBytes = int64(l.data.len()), int64(l.datBytes)

@@ -148,3 +148,21 @@ func TestTypeNames(t *testing.T) {
 		t.Errorf("Type(200).String() = %q", got)
 	}
 }
+
+// TestOIDsMatchPgvalue: the filter's copy of the built-in type OIDs is pgvalue's.
+func TestOIDsMatchPgvalue(t *testing.T) {
+	for _, c := range []struct{ mine, theirs uint32 }{
+		{boolOID, pgvalue.BoolOID}, {byteaOID, pgvalue.ByteaOID}, {charOID, pgvalue.CharOID},
+		{nameOID, pgvalue.NameOID}, {int8OID, pgvalue.Int8OID}, {int2OID, pgvalue.Int2OID},
+		{int4OID, pgvalue.Int4OID}, {textOID, pgvalue.TextOID}, {oidOID, pgvalue.OIDOID},
+		{jsonOID, pgvalue.JSONOID}, {float4OID, pgvalue.Float4OID}, {float8OID, pgvalue.Float8OID},
+		{bpcharOID, pgvalue.BPCharOID}, {varcharOID, pgvalue.VarcharOID}, {dateOID, pgvalue.DateOID},
+		{timeOID, pgvalue.TimeOID}, {timestampOID, pgvalue.TimestampOID}, {timestamptzOID, pgvalue.TimestamptzOID},
+		{intervalOID, pgvalue.IntervalOID}, {timetzOID, pgvalue.TimetzOID}, {numericOID, pgvalue.NumericOID},
+		{uuidOID, pgvalue.UUIDOID}, {jsonbOID, pgvalue.JSONBOID},
+	} {
+		if c.mine != c.theirs {
+			t.Errorf("filter has OID %d where pgvalue has %d", c.mine, c.theirs)
+		}
+	}
+}

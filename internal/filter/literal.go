@@ -3,8 +3,6 @@ package filter
 import (
 	"encoding/json"
 	"strconv"
-
-	"github.com/heraldrt/herald/internal/changefeed/pgvalue"
 )
 
 // literal is a compiled filter value: parsed as its column's type, with its canonical key and
@@ -148,7 +146,7 @@ func compileLiteral(tok json.Token, c column, o op, path string) (literal, *Erro
 // values Herald itself may send as strings.
 func stringNumbers(oid uint32) bool {
 	switch oid {
-	case pgvalue.Int8OID, pgvalue.NumericOID, pgvalue.Float4OID, pgvalue.Float8OID:
+	case int8OID, numericOID, float4OID, float8OID:
 		return true
 	}
 	return false
@@ -158,7 +156,7 @@ func stringNumbers(oid uint32) bool {
 // -Infinity: numeric and the floats can, the integer types cannot.
 func specialNumbers(oid uint32) bool {
 	switch oid {
-	case pgvalue.NumericOID, pgvalue.Float4OID, pgvalue.Float8OID:
+	case numericOID, float4OID, float8OID:
 		return true
 	}
 	return false

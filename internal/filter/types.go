@@ -2,8 +2,6 @@ package filter
 
 import (
 	"strconv"
-
-	"github.com/heraldrt/herald/internal/changefeed/pgvalue"
 )
 
 // Type is a column's comparison category: which operators apply to its values and how they
@@ -73,24 +71,24 @@ type Column struct {
 // type to JSON.
 func TypeOf(oid uint32) Type {
 	switch oid {
-	case pgvalue.Int2OID, pgvalue.Int4OID, pgvalue.Int8OID, pgvalue.OIDOID,
-		pgvalue.NumericOID, pgvalue.Float4OID, pgvalue.Float8OID:
+	case int2OID, int4OID, int8OID, oidOID,
+		numericOID, float4OID, float8OID:
 		return Number
-	case pgvalue.TextOID, pgvalue.VarcharOID, pgvalue.NameOID, pgvalue.CharOID:
+	case textOID, varcharOID, nameOID, charOID:
 		return Text
-	case pgvalue.BPCharOID:
+	case bpcharOID:
 		return Char
-	case pgvalue.BoolOID:
+	case boolOID:
 		return Bool
-	case pgvalue.TimestamptzOID:
+	case timestamptzOID:
 		return Timestamp
-	case pgvalue.TimestampOID:
+	case timestampOID:
 		return LocalTimestamp
-	case pgvalue.DateOID:
+	case dateOID:
 		return Date
-	case pgvalue.UUIDOID:
+	case uuidOID:
 		return UUID
-	case pgvalue.JSONOID, pgvalue.JSONBOID:
+	case jsonOID, jsonbOID:
 		return Unsupported
 	}
 	if _, ok := builtinArrays[oid]; ok {
@@ -116,15 +114,15 @@ var builtinArrays = map[uint32]struct{}{
 
 // oidNames names the types a message may mention; others print as their OID.
 var oidNames = map[uint32]string{
-	pgvalue.BoolOID: "bool", pgvalue.ByteaOID: "bytea", pgvalue.CharOID: `"char"`,
-	pgvalue.NameOID: "name", pgvalue.Int8OID: "int8", pgvalue.Int2OID: "int2",
-	pgvalue.Int4OID: "int4", pgvalue.TextOID: "text", pgvalue.OIDOID: "oid",
-	pgvalue.JSONOID: "json", pgvalue.Float4OID: "float4", pgvalue.Float8OID: "float8",
-	pgvalue.BPCharOID: "bpchar", pgvalue.VarcharOID: "varchar", pgvalue.DateOID: "date",
-	pgvalue.TimeOID: "time", pgvalue.TimestampOID: "timestamp",
-	pgvalue.TimestamptzOID: "timestamptz", pgvalue.IntervalOID: "interval",
-	pgvalue.TimetzOID: "timetz", pgvalue.NumericOID: "numeric", pgvalue.UUIDOID: "uuid",
-	pgvalue.JSONBOID: "jsonb",
+	boolOID: "bool", byteaOID: "bytea", charOID: `"char"`,
+	nameOID: "name", int8OID: "int8", int2OID: "int2",
+	int4OID: "int4", textOID: "text", oidOID: "oid",
+	jsonOID: "json", float4OID: "float4", float8OID: "float8",
+	bpcharOID: "bpchar", varcharOID: "varchar", dateOID: "date",
+	timeOID: "time", timestampOID: "timestamp",
+	timestamptzOID: "timestamptz", intervalOID: "interval",
+	timetzOID: "timetz", numericOID: "numeric", uuidOID: "uuid",
+	jsonbOID: "jsonb",
 }
 
 func oidName(oid uint32) string {

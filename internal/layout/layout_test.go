@@ -34,29 +34,73 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
-// TestImportRulesCatchViolations shows the rules are not vacuous.
+// TestImportRulesCatchViolations shows the rules are not vacuous: each rule catches the import
+// it forbids.
 func TestImportRulesCatchViolations(t *testing.T) {
 	bad := map[string][]string{
-		module + "/internal/change":      {"github.com/google/uuid"},
-		module + "/internal/wire":        {"net/http"},
-		module + "/internal/router":      {"github.com/jackc/pglogrepl", "github.com/golang-jwt/jwt/v5", "github.com/redis/rueidis"},
-		module + "/internal/changefeed":  {"github.com/jackc/pglogrepl"},
-		module + "/internal/store/redis": {"github.com/redis/rueidis"},
+		module + "/internal/change":              {"github.com/google/uuid"},
+		module + "/internal/wire":                {"net/http", module + "/internal/delivery"},
+		module + "/internal/router":              {"github.com/jackc/pglogrepl", "github.com/golang-jwt/jwt/v5", "github.com/redis/rueidis", module + "/internal/wire", module + "/internal/session"},
+		module + "/internal/channel":             {module + "/internal/wire", module + "/internal/bus"},
+		module + "/internal/filter":              {module + "/internal/changefeed/pgvalue"},
+		module + "/internal/transport/sse":       {module + "/internal/transport/websocket"},
+		module + "/internal/delivery":            {module + "/internal/wire"},
+		module + "/internal/stream":              {module + "/internal/wire", "net"},
+		module + "/internal/changefeed":          {"github.com/jackc/pglogrepl"},
+		module + "/internal/store/redis":         {"github.com/redis/rueidis"},
+		module + "/internal/session":             {module + "/internal/router"},
+		module + "/internal/transport/websocket": {module + "/internal/server"},
 	}
-	if got := len(violations(bad)); got != 5 {
-		t.Errorf("violations found %d, want 5: %v", got, violations(bad))
+	want := 17
+	if got := len(violations(bad)); got != want {
+		t.Errorf("violations found %d, want %d: %v", got, want, violations(bad))
 	}
+}
+
+// The packages that write no network and hold no connection: pure values and algorithms.
+var pure = map[string]bool{
+	"internal/change": true, "internal/changefeed/pgvalue": true, "internal/wire": true, "internal/delivery": true,
+	"internal/stream": true, "internal/fault": true, "internal/filter": true,
+}
+
+// The producers: they make what subscriptions receive, and must know nothing of the protocol
+// that carries it or the sessions that receive it (they hand stream items to a bus).
+var producers = map[string]bool{"internal/router": true, "internal/channel": true, "internal/changefeed": true, "internal/bus": true}
+
+// Whose imports point which way. Data flows changefeed -> router -> bus -> session -> transport;
+// no package imports one downstream of it, and the protocol (wire) is known only at the edge.
+var forbidden = []struct {
+	from, to, why string
+}{
+	{"internal/stream", "internal/wire", "the stream's values are protocol-neutral"},
+	{"internal/delivery", "internal/wire", "the lanes queue bytes and know no protocol"},
+	{"internal/delivery", "internal/session", "the lanes are below the session"},
+	{"internal/wire", "internal/delivery", "the protocol does not know how connections queue"},
+	{"internal/wire", "internal/session", "the protocol does not know sessions"},
+	{"internal/filter", "internal/changefeed", "the filter language does not reach into the changefeed"},
+	{"internal/session", "internal/router", "sessions see producers only through interfaces"},
+	{"internal/session", "internal/channel", "sessions see producers only through interfaces"},
+	{"internal/session", "internal/transport", "the session does not know what carries it"},
+	{"internal/session", "internal/server", "nothing imports the composition root"},
+	{"internal/transport", "internal/server", "nothing imports the composition root"},
+	{"internal/router", "internal/bus", "producers declare the bus they need; only the server picks one"},
+	{"internal/channel", "internal/bus", "producers declare the bus they need; only the server picks one"},
 }
 
 func violations(all map[string][]string) []string {
 	var out []string
-	pure := map[string]bool{"internal/change": true, "internal/changefeed/pgvalue": true, "internal/wire": true, "internal/delivery": true}
 	for pkg, deps := range all {
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
 		for _, d := range deps {
+			drel := strings.TrimPrefix(strings.TrimPrefix(d, module), "/")
+			own := strings.HasPrefix(d, module+"/")
 			switch {
 			case rel == "internal/change" && strings.Contains(strings.Split(d, "/")[0], "."):
 				out = append(out, fmt.Sprintf("%s imports %s: it is a leaf and may import only the standard library", rel, d))
+			case rel == "internal/fault" && strings.Contains(strings.Split(d, "/")[0], "."):
+				out = append(out, fmt.Sprintf("%s imports %s: it is a leaf and may import only the standard library", rel, d))
+			case rel == "internal/stream" && strings.Contains(strings.Split(d, "/")[0], ".") && d != module+"/internal/change":
+				out = append(out, fmt.Sprintf("%s imports %s: it is pure and may import only the standard library and internal/change", rel, d))
 			case pure[rel] && (d == "net" || d == "net/http" || strings.HasPrefix(d, "github.com/jackc/") || strings.HasPrefix(d, "github.com/redis/")):
 				out = append(out, fmt.Sprintf("%s imports %s: it is pure and does no network I/O", rel, d))
 			case strings.HasPrefix(d, "github.com/jackc/pglogrepl") && rel != "internal/changefeed":
@@ -65,8 +109,21 @@ func violations(all map[string][]string) []string {
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/auth verifies tokens", rel, d))
 			case strings.HasPrefix(d, "github.com/redis/") && rel != "internal/store/redis":
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/store/redis talks to Redis", rel, d))
+			case own && producers[rel] && (drel == "internal/wire" || drel == "internal/session" || strings.HasPrefix(drel, "internal/transport")):
+				out = append(out, fmt.Sprintf("%s imports %s: a producer hands stream items on and knows no protocol or session", rel, d))
+			case own && strings.HasPrefix(rel, "internal/transport/") && strings.HasPrefix(drel, "internal/transport/") && rel != drel:
+				out = append(out, fmt.Sprintf("%s imports %s: transports never import each other; what they share is in internal/session", rel, d))
+			case own:
+				for _, f := range forbidden {
+					if under(rel, f.from) && under(drel, f.to) {
+						out = append(out, fmt.Sprintf("%s imports %s: %s", rel, d, f.why))
+					}
+				}
 			}
 		}
 	}
 	return out
 }
+
+// under reports whether package rel is dir or below it.
+func under(rel, dir string) bool { return rel == dir || strings.HasPrefix(rel, dir+"/") }

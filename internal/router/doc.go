@@ -42,15 +42,21 @@
 // image) replaces the row with the old key.
 //
 // A truncate reaches every subscriber of the table. A transaction too large for the changefeed
-// to hold (change.Txn.Overflow) reaches every subscriber of each table it touched as a resync.
+// to hold (change.Txn.Overflow) reaches every subscriber of each table it touched as a gap.
+//
+// # Output
+//
+// The router knows no protocol. It hands each subscriber a stream.Item, a change view or a
+// gap, through its Bus; one item serves every subscriber of the same op, column list and old
+// image, and each connection's codec encodes it once per protocol.
 //
 // # Concurrency and ordering
 //
 // Accept is the changefeed's sink: one goroutine routes one transaction at a time, in commit
 // order, under mu (exclusively: routing writes the scratch space and the generation counters
 // it shares with nothing else); Subscribe takes mu too, so a subscription becomes live between
-// two transactions, and the position it reports is the last transaction routed before it. Frames are handed to sessions, whose lanes never block, so Accept returns once
-// every delivery of the transaction is queued: only then does the changefeed confirm it.
-// Bodies are encoded once per (change, op, column list) and shared by every subscriber of that
-// shape.
+// two transactions, and the position it reports is the last transaction routed before it.
+// Lock order: mu, then whatever the bus and the receivers take (a session's mu, then its
+// lanes' lock). Items go to the bus, which never blocks on a receiver, and Accept returns once
+// the bus has flushed the transaction: only then does the changefeed confirm it.
 package router

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/bus"
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/wire"
 )
@@ -17,7 +18,7 @@ func routerFor(t *testing.T, identity Identity) *Router {
 	t.Helper()
 	info := schema["public.items"]
 	info.Identity = identity
-	r, err := New(Config{Schema: fakeSchema{"public.items": info}})
+	r, err := New(Config{Schema: fakeSchema{"public.items": info}, Bus: bus.NewMemory()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestColumnListsKeepTheKey(t *testing.T) {
 // TestUnpublishedTablesAreUnknown: a table the publication does not cover is refused like one
 // that does not exist, before its filter is read, so its columns are never named.
 func TestUnpublishedTablesAreUnknown(t *testing.T) {
-	r, err := New(Config{Schema: fakeSchema{}})
+	r, err := New(Config{Schema: fakeSchema{}, Bus: bus.NewMemory()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,19 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/filter"
-	"github.com/heraldrt/herald/internal/wire"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
-// Accept routes one committed transaction: the changefeed's Sink. It returns once every frame
-// of the transaction is queued on its subscribers' connections. Subscriptions attach between
-// transactions, never during one, so the head a subscription reports is exact.
-func (r *Router) Accept(_ context.Context, txn *change.Txn) error {
+// Accept routes one committed transaction: the changefeed's Sink. It hands every item of the
+// transaction to the bus, and returns once the bus has flushed them, so the changefeed
+// confirms only what was handed on. Subscriptions attach between transactions, never during
+// one, so the head a subscription reports is exact.
+func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if txn.Overflow != nil {
@@ -31,6 +33,9 @@ func (r *Router) Accept(_ context.Context, txn *change.Txn) error {
 		}
 		rt.event(t, e, uint32(i+1))
 	}
+	if err := r.bus.Flush(ctx); err != nil {
+		return fmt.Errorf("router: flush transaction %s to the bus: %w", txn.CommitLSN, err)
+	}
 	r.head, r.live = txn.CommitLSN, true
 	return nil
 }
@@ -45,42 +50,41 @@ func (r *Router) overflow(txn *change.Txn) {
 		if t == nil {
 			continue
 		}
-		first := wire.TablePosition(txn.CommitLSN, 1)
-		last := wire.TablePosition(txn.CommitLSN, uint32(txn.Overflow.Changes))
+		first := stream.TablePosition(txn.CommitLSN, 1)
+		last := stream.TablePosition(txn.CommitLSN, uint32(txn.Overflow.Changes))
+		counted := stream.NewGap(&stream.Gap{First: first, Last: last, Lost: uint64(n), Reason: stream.ReasonTransactionTooLarge})
+		uncounted := stream.NewGap(&stream.Gap{First: first, Last: last, Reason: stream.ReasonTransactionTooLarge})
 		t.each(func(e *entry) {
-			var lost uint64
+			it := uncounted
 			if e.filter.String() == "null" { // the filter that matches every row
-				lost = uint64(n)
+				it = counted
 			}
-			frame, err := wire.AppendFrame(nil, &wire.Resync{Sub: e.sub, First: first, Last: last, Lost: lost, Reason: wire.ResyncTransactionTooLarge})
-			if err == nil {
-				e.target.DeliverFrame(e.sub, frame, first.String(), last.String(), lost)
-				r.delivered.Add(1)
-			}
+			r.bus.Deliver(e.target, e.sub, it)
+			r.delivered.Add(1)
 		})
 	}
 }
 
 // routing is the state of routing one transaction.
 type routing struct {
-	r      *Router
-	cands  []*group
-	bodies []body
+	r     *Router
+	cands []*group
+	items []shaped
 	// keyOld is the old key of the current update when Postgres sent no old image (it kept
 	// the key), read from the new image; built at most once per change.
 	keyOld   change.Row
 	keyOldOK bool
 }
 
-// body is one encoded change body, shared by the subscribers of one op, column list and old
-// image: the old image depends on what each group's filter saw, and one group's view must
-// never reach another's subscribers.
-type body struct {
-	op      wire.Op
+// shaped is one change view, shared by the subscribers of one op, column list and old image:
+// the old image depends on what each group's filter saw, and one group's view must never reach
+// another's subscribers.
+type shaped struct {
+	op      stream.Op
 	shape   string
 	withOld bool
 	keyOnly bool
-	bytes   []byte
+	item    *stream.Item
 }
 
 func (rt *routing) collect(gs groups) {
@@ -97,13 +101,13 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 	rt.r.routed.Add(1)
 	rt.r.gen++
 	rt.cands = rt.cands[:0]
-	rt.bodies = rt.bodies[:0]
+	clear(rt.items) // the scratch space must not keep items alive
+	rt.items = rt.items[:0]
 	rt.keyOld, rt.keyOldOK = nil, false
-	pos := wire.TablePosition(e.LSN, idx).String()
 
 	if e.Op == change.Truncate {
 		t.each(func(en *entry) {
-			rt.send(&member{sub: en.sub, target: en.target, shape: en.shape, columns: en.columns}, e, idx, pos, wire.OpTruncate, nil, nil, false)
+			rt.send(&member{sub: en.sub, target: en.target, shape: en.shape, columns: en.columns}, e, idx, stream.OpTruncate, nil, nil, false)
 		})
 		return
 	}
@@ -144,7 +148,7 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 				rt.gap(m, e, idx)
 				continue
 			}
-			rt.send(m, e, idx, pos, v.op, v.row, v.old, v.keyOnly)
+			rt.send(m, e, idx, v.op, v.row, v.old, v.keyOnly)
 		}
 	}
 }
@@ -206,7 +210,7 @@ func keyOf(row change.Row, key []string) change.Row {
 // decision is what one group's subscribers need of one change: a frame, a gap, or nothing
 // (op is "").
 type decision struct {
-	op      wire.Op
+	op      stream.Op
 	row     change.Row
 	old     change.Row
 	keyOnly bool
@@ -220,13 +224,13 @@ func (rt *routing) view(g *group, e *change.Event) decision {
 	case change.Insert:
 		switch rt.eval(g, e.After) {
 		case filter.True:
-			return decision{op: wire.OpInsert, row: e.After}
+			return decision{op: stream.OpInsert, row: e.After}
 		case filter.Unknown:
-			return decision{op: wire.OpInsert, gap: true}
+			return decision{op: stream.OpInsert, gap: true}
 		}
 	case change.Delete:
 		if rt.eval(g, e.Before) != filter.False {
-			return decision{op: wire.OpDelete, old: e.Before, keyOnly: e.BeforeKeyOnly}
+			return decision{op: stream.OpDelete, old: e.Before, keyOnly: e.BeforeKeyOnly}
 		}
 	case change.Update:
 		old, keyOnly := rt.oldImage(e)
@@ -241,21 +245,21 @@ func (rt *routing) view(g *group, e *change.Event) decision {
 			// stored out of line, with no full old image to fill it from): whether the row
 			// is in view now cannot be told, and guessing either way could leave the client
 			// wrong without knowing it.
-			return decision{op: wire.OpUpdate, gap: true}
+			return decision{op: stream.OpUpdate, gap: true}
 		case is == filter.True && was == filter.False:
-			return decision{op: wire.OpEnter, row: e.After}
+			return decision{op: stream.OpEnter, row: e.After}
 		case is == filter.True:
 			// In view before, or maybe: an update, which the client applies as an upsert.
-			return decision{op: wire.OpUpdate, row: e.After, old: visibleOld(was, e), keyOnly: e.BeforeKeyOnly}
+			return decision{op: stream.OpUpdate, row: e.After, old: visibleOld(was, e), keyOnly: e.BeforeKeyOnly}
 		case was == filter.True:
-			return decision{op: wire.OpLeave, old: old, keyOnly: keyOnly}
+			return decision{op: stream.OpLeave, old: old, keyOnly: keyOnly}
 		case was == filter.Unknown && old != nil:
 			// Maybe in view before, not now: the client removes the row if it has it.
-			return decision{op: wire.OpLeave, old: old, keyOnly: keyOnly}
+			return decision{op: stream.OpLeave, old: old, keyOnly: keyOnly}
 		case was == filter.Unknown:
 			// Nothing of the old row is known, not even its key: a client holding it could
 			// not be told which row to remove.
-			return decision{op: wire.OpLeave, gap: true}
+			return decision{op: stream.OpLeave, gap: true}
 		}
 	}
 	return decision{}
@@ -271,44 +275,37 @@ func visibleOld(was filter.Result, e *change.Event) change.Row {
 }
 
 // gap tells one subscriber that change idx of e may have changed its view in a way the
-// router cannot tell: a resync covering that one change.
+// router cannot tell: a gap covering that one change.
 func (rt *routing) gap(m *member, e *change.Event, idx uint32) {
-	at := wire.TablePosition(e.LSN, idx)
-	frame, err := wire.AppendFrame(nil, &wire.Resync{Sub: m.sub, First: at, Last: at, Reason: wire.ResyncIncompleteImage})
-	if err != nil {
-		return
-	}
-	s := at.String()
-	m.target.DeliverFrame(m.sub, frame, s, s, 1)
+	at := stream.TablePosition(e.LSN, idx)
+	rt.r.bus.Deliver(m.target, m.sub, stream.NewGap(&stream.Gap{First: at, Last: at, Reason: stream.ReasonIncompleteImage}))
 	rt.r.delivered.Add(1)
 	rt.r.gaps.Add(1)
 }
 
-// send encodes (once per op and column list) and queues the frame.
-func (rt *routing) send(en *member, e *change.Event, idx uint32, pos string, op wire.Op, row, old change.Row, oldKeyOnly bool) {
-	var b []byte
+// send hands the subscriber its view of change idx of e: one item per op, column list and old
+// image, shared by every subscriber of that shape.
+func (rt *routing) send(en *member, e *change.Event, idx uint32, op stream.Op, row, old change.Row, oldKeyOnly bool) {
+	var it *stream.Item
 	withOld := old != nil
-	for i := range rt.bodies {
-		bd := &rt.bodies[i]
-		if bd.op == op && bd.shape == en.shape && bd.withOld == withOld && bd.keyOnly == oldKeyOnly {
-			b = bd.bytes
+	for i := range rt.items {
+		sh := &rt.items[i]
+		if sh.op == op && sh.shape == en.shape && sh.withOld == withOld && sh.keyOnly == oldKeyOnly {
+			it = sh.item
 			break
 		}
 	}
-	if b == nil {
-		c := wire.NewChange(e, idx)
-		c.Op = op
-		c.Row = project(row, en.columns)
-		c.Old = project(old, en.columns)
-		c.OldKeyOnly = oldKeyOnly && old != nil
-		c.Omitted = projectNames(e.Omitted, en.columns)
-		if c.Row == nil {
-			c.Omitted = nil
+	if it == nil {
+		c := &stream.Change{LSN: e.LSN, Idx: idx, Op: op, Table: e.Table,
+			Row: project(row, en.columns), Old: project(old, en.columns), OldKeyOnly: oldKeyOnly && old != nil,
+			CommitTime: e.CommitTime, TxID: uint64(e.TxID), WriteTag: e.WriteTag}
+		if c.Row != nil {
+			c.Omitted = projectNames(e.Omitted, en.columns)
 		}
-		b = wire.AppendChangeBody(nil, &c)
-		rt.bodies = append(rt.bodies, body{op: op, shape: en.shape, withOld: withOld, keyOnly: oldKeyOnly, bytes: b})
+		it = stream.NewChange(c)
+		rt.items = append(rt.items, shaped{op: op, shape: en.shape, withOld: withOld, keyOnly: oldKeyOnly, item: it})
 	}
-	en.target.Deliver(en.sub, b, pos)
+	rt.r.bus.Deliver(en.target, en.sub, it)
 	rt.r.delivered.Add(1)
 }
 

@@ -11,23 +11,27 @@ import (
 	"sync/atomic"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
-	"github.com/heraldrt/herald/internal/wire"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
-// Target receives a subscription's frames: the session.
-type Target interface {
-	// Deliver queues one change frame body of sub; the target adds its head.
-	Deliver(sub string, body []byte, pos string)
-	// DeliverFrame queues one whole frame of sub (a resync), in order with its data, standing
-	// for count items from first to pos; count is 0 when unknown.
-	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
+// Bus carries the router's items to the subscriptions they reach: the local fan-out on one
+// node, Redis across nodes. Accept hands it every item of a transaction, then flushes, and
+// returns only then, so the changefeed confirms a transaction once the bus has it.
+type Bus interface {
+	// Deliver hands it to subscription sub of r, after everything delivered to r's sub
+	// before. It must not block on the receiver.
+	Deliver(r stream.Receiver, sub string, it *stream.Item)
+	// Flush returns once every item delivered before it is with its receivers (locally
+	// queued, or durably on the bus between nodes).
+	Flush(ctx context.Context) error
 }
 
 // Schema tells the router what it needs to know of a table to check a subscription.
 type Schema interface {
 	// Table describes a schema-qualified table as Herald streams it: no columns when it does
-	// not exist or is outside Herald's publication. Errors are *wire.Error.
+	// not exist or is outside Herald's publication. Errors are *fault.Error.
 	Table(ctx context.Context, table string) (TableInfo, error)
 }
 
@@ -91,11 +95,14 @@ type Config struct {
 	// Tables, when set, are the only tables that may be subscribed to: those the changefeed
 	// streams.
 	Tables []string
+	// Bus carries the items to subscribers. Required.
+	Bus Bus
 }
 
 // Router routes committed changes to table subscriptions.
 type Router struct {
 	schema  Schema
+	bus     Bus
 	allowed map[string]bool // nil: any table
 
 	mu     sync.RWMutex
@@ -116,7 +123,10 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Schema == nil {
 		return nil, fmt.Errorf("router: no schema source")
 	}
-	r := &Router{schema: cfg.Schema, tables: map[string]*table{}}
+	if cfg.Bus == nil {
+		return nil, fmt.Errorf("router: no bus")
+	}
+	r := &Router{schema: cfg.Schema, bus: cfg.Bus, tables: map[string]*table{}}
 	if len(cfg.Tables) > 0 {
 		r.allowed = map[string]bool{}
 		for _, t := range cfg.Tables {
@@ -174,20 +184,20 @@ type Request struct {
 	Filter  json.RawMessage
 	Columns []string
 	Sub     string
-	Target  Target
+	Target  stream.Receiver
 }
 
 // Subscription is an attached table subscription as its client learns it.
 type Subscription struct {
 	// Head is the position the subscription starts after: every change committed after it
 	// is routed to it.
-	Head wire.Position
+	Head stream.Position
 	// Key names the table's key columns, which every change frame carries.
 	Key []string
 }
 
 // Subscribe validates req against the table and attaches it. It returns where the
-// subscription starts and how to detach. Errors are *wire.Error.
+// subscription starts and how to detach. Errors are *fault.Error.
 func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func(), error) {
 	table := req.Table
 	if !strings.Contains(table, ".") {
@@ -196,11 +206,11 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	if schema, _, _ := strings.Cut(table, "."); r.allowed == nil && (schema == "pg_catalog" || schema == "information_schema" || schema == "pg_toast") {
 		// With no table list, the publication decides what streams; the system catalogs never
 		// do, and their columns are nobody's business.
-		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
+		return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server", req.Table)}
 	}
 	if r.allowed != nil && !r.allowed[table] {
-		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
+		return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server; streamed tables: %s (changefeed.tables)", req.Table, r.tableList())}
 	}
 	info, err := r.schema.Table(ctx, table)
@@ -211,7 +221,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	if len(cols) == 0 {
 		// One answer whether the table is missing or merely unpublished: a client learns
 		// nothing about tables Herald does not stream, not even that they exist.
-		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownTable, Field: "table",
+		return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server: name it as schema.table, or ask the operator to add it to Herald's publication", req.Table)}
 	}
 	f, err := filter.Parse(req.Filter, cols)
@@ -230,7 +240,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		}
 		for i, c := range req.Columns {
 			if !known[c] {
-				return Subscription{}, nil, &wire.Error{Code: wire.CodeUnknownColumn, Field: fmt.Sprintf("columns[%d]", i),
+				return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownColumn, Field: fmt.Sprintf("columns[%d]", i),
 					Message: fmt.Sprintf("table %s has no column %q", table, c)}
 			}
 			project[c] = true
@@ -252,7 +262,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		r.mu.Unlock()
 		// Until the stream is live there is no position a subscription could honestly start
 		// after: a resume could not be checked, nor a later change be promised.
-		return Subscription{}, nil, &wire.Error{Code: wire.CodeUnavailable,
+		return Subscription{}, nil, &fault.Error{Code: fault.CodeUnavailable,
 			Message: "the change stream is not live yet (the replication stream is starting); retry with backoff"}
 	}
 	t := r.tables[table]
@@ -265,7 +275,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	r.mu.Unlock()
 
 	var once sync.Once
-	return Subscription{Head: wire.TablePosition(head, 0), Key: info.Key}, func() {
+	return Subscription{Head: stream.TablePosition(head, 0), Key: info.Key}, func() {
 		once.Do(func() {
 			r.mu.Lock()
 			if t.remove(e) {
@@ -291,14 +301,14 @@ func (r *Router) tableList() string {
 func filterError(err error) error {
 	fe, ok := err.(*filter.Error)
 	if !ok {
-		return &wire.Error{Code: wire.CodeBadFilter, Field: "filter", Message: err.Error()}
+		return &fault.Error{Code: fault.CodeBadFilter, Field: "filter", Message: err.Error()}
 	}
-	code := wire.CodeBadFilter
+	code := fault.CodeBadFilter
 	if fe.Code == filter.CodeUnknownColumn {
-		code = wire.CodeUnknownColumn
+		code = fault.CodeUnknownColumn
 	}
 	msg := fe.Error()
-	return &wire.Error{Code: code, Field: "filter", Message: msg, Err: err}
+	return &fault.Error{Code: code, Field: "filter", Message: msg, Err: err}
 }
 
 // checkIdentity refuses a filter that reads a column Postgres does not log in the old image
@@ -321,7 +331,7 @@ func checkIdentity(table string, f *filter.Filter, info *TableInfo) error {
 	if info.Identity != IdentityNothing && len(info.Key) > 0 {
 		logged = "only its key (" + strings.Join(info.Key, ", ") + ")"
 	}
-	return &wire.Error{Code: wire.CodeBadFilter, Field: "filter",
+	return &fault.Error{Code: fault.CodeBadFilter, Field: "filter",
 		Message: fmt.Sprintf("the filter reads %s, but table %s has REPLICA IDENTITY %s, so Postgres logs %s of a row's old values, "+
 			"and a row an update moves out of the filter could not be reported; filter on the key columns only, "+
 			"or ask the operator to run ALTER TABLE %s REPLICA IDENTITY FULL", strings.Join(unlogged, ", "), table, info.Identity, logged, table)}

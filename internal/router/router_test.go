@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/bus"
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed/pgvalue"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -40,11 +42,16 @@ func newRecorder() *recorder {
 	return &recorder{frames: map[string][]map[string]any{}, counts: map[string][]uint64{}}
 }
 
-func (r *recorder) Deliver(sub string, body []byte, pos string) {
-	r.DeliverFrame(sub, append(wire.AppendDataHead(nil, wire.FrameChange, sub), body...), "", pos, 1)
-}
-
-func (r *recorder) DeliverFrame(sub string, frame []byte, _, _ string, count uint64) {
+// Push records the frame a herald.v1 client would get, and how many items it stands for (a
+// gap's count; 1 for a change).
+func (r *recorder) Push(sub string, it *stream.Item) {
+	var frame []byte
+	count := uint64(1)
+	if it.Gap != nil {
+		frame, count = wire.AppendGap(nil, sub, it.Gap), it.Gap.Lost
+	} else {
+		frame = append(wire.Codec{}.Head(sub, true), it.Encoded(wire.Codec{})...)
+	}
 	var m map[string]any
 	if err := json.Unmarshal(frame, &m); err != nil {
 		panic(fmt.Sprintf("invalid frame %s: %v", frame, err))
@@ -94,7 +101,7 @@ func keyOnly(id int) change.Row {
 
 func newRouter(t testing.TB) *Router {
 	t.Helper()
-	r, err := New(Config{Schema: schema, Tables: []string{"public.items"}})
+	r, err := New(Config{Schema: schema, Tables: []string{"public.items"}, Bus: bus.NewMemory()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +109,7 @@ func newRouter(t testing.TB) *Router {
 	return r
 }
 
-func subscribe(t testing.TB, r *Router, target Target, sub, filter string, cols ...string) func() {
+func subscribe(t testing.TB, r *Router, target stream.Receiver, sub, filter string, cols ...string) func() {
 	t.Helper()
 	req := Request{Table: "public.items", Sub: sub, Target: target}
 	if filter != "" {
@@ -224,7 +231,7 @@ func TestUnsubscribeStopsDelivery(t *testing.T) {
 }
 
 func TestSubscribeBeforeTheStreamIsLiveIsUnavailable(t *testing.T) {
-	r, err := New(Config{Schema: schema})
+	r, err := New(Config{Schema: schema, Bus: bus.NewMemory()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,8 +304,7 @@ func TestOnlyMatchingFiltersAreEvaluated(t *testing.T) {
 // countTarget counts deliveries without decoding them.
 type countTarget struct{ n int }
 
-func (c *countTarget) Deliver(string, []byte, string)                      { c.n++ }
-func (c *countTarget) DeliverFrame(string, []byte, string, string, uint64) { c.n++ }
+func (c *countTarget) Push(string, *stream.Item) { c.n++ }
 
 // routeBench routes changes that each match exactly 10 of subs subscriptions, spread over
 // subs/10 org_id values.
@@ -345,7 +351,7 @@ func BenchmarkRoute(b *testing.B) {
 }
 
 func TestSystemCatalogsAreNeverSubscribable(t *testing.T) {
-	r, err := New(Config{Schema: fakeSchema{"pg_catalog.pg_authid": {Columns: []filter.Column{{Name: "rolname", OID: pgvalue.NameOID}}, Identity: IdentityFull}}})
+	r, err := New(Config{Bus: bus.NewMemory(), Schema: fakeSchema{"pg_catalog.pg_authid": {Columns: []filter.Column{{Name: "rolname", OID: pgvalue.NameOID}}, Identity: IdentityFull}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,13 @@ package router
 
 import (
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
 // entry is one table subscription.
 type entry struct {
 	sub     string
-	target  Target
+	target  stream.Receiver
 	filter  *filter.Filter  // nil: every row
 	columns map[string]bool // nil: every column
 	shape   string          // the column list's name, shared by subscriptions with the same list
@@ -31,7 +32,7 @@ type group struct {
 // member is one subscription's delivery data within a group.
 type member struct {
 	sub     string
-	target  Target
+	target  stream.Receiver
 	shape   string
 	columns map[string]bool
 	en      *entry

@@ -7,6 +7,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -20,23 +21,25 @@ type channels struct {
 
 var _ session.Channels = (*channels)(nil)
 
-func newChannels(maxPublish int) *channels {
-	return &channels{hub: channel.New(channel.Config{}), maxPublish: maxPublish}
+func newChannels(b channel.Bus, maxPublish int) (*channels, error) {
+	hub, err := channel.New(channel.Config{Bus: b})
+	if err != nil {
+		return nil, err
+	}
+	return &channels{hub: hub, maxPublish: maxPublish}, nil
 }
 
-func (c *channels) Subscribe(s session.Subscriber, sub, pattern, event string) (wire.Position, func(), error) {
+func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wire.Position, func(), error) {
 	p, err := channel.ParsePattern(pattern, event)
 	if err != nil {
 		return wire.Position{}, nil, clientError(err)
 	}
-	head, unsubscribe := c.hub.Subscribe(subscriber{s}, sub, p)
+	head, unsubscribe, err := c.hub.Subscribe(s, sub, p)
+	if err != nil {
+		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnavailable, Message: "the channel broker did not answer; retry with backoff", Err: err}
+	}
 	return head, unsubscribe, nil
 }
-
-// subscriber hands the hub's publications to a session.
-type subscriber struct{ s session.Subscriber }
-
-func (a subscriber) Deliver(sub string, p *channel.Publication) { a.s.Deliver(sub, p.Body, p.PosText) }
 
 func (c *channels) Publish(name, event string, data json.RawMessage) (wire.Position, error) {
 	if len(data) > c.maxPublish {

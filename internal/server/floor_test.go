@@ -4,15 +4,19 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
 // recordingSubscriber keeps the positions of what reaches it.
 type recordingSubscriber struct{ got []string }
 
-func (r *recordingSubscriber) Deliver(_ string, _ []byte, pos string) { r.got = append(r.got, pos) }
-func (r *recordingSubscriber) DeliverFrame(_ string, _ []byte, first, pos string, _ uint64) {
-	r.got = append(r.got, first+".."+pos)
+func (r *recordingSubscriber) Push(_ string, it *stream.Item) {
+	if g := it.Gap; g != nil {
+		r.got = append(r.got, g.First.String()+".."+g.Last.String())
+		return
+	}
+	r.got = append(r.got, it.PosText())
 }
 
 // TestFloorHoldsBackWhatTheClientHas: after a restart the router re-routes what the slot had
@@ -49,12 +53,14 @@ func TestFloorHoldsBackWhatTheClientHas(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := &recordingSubscriber{}
-			f := &floor{Subscriber: rec, from: from}
+			f := &floor{Receiver: rec, from: from}
 			for _, it := range tt.items {
+				pos, _ := stream.ParsePosition(it.pos)
 				if it.first == "" {
-					f.Deliver("s", nil, it.pos)
+					f.Push("s", stream.NewChange(&stream.Change{LSN: pos.LSN, Idx: pos.Idx}))
 				} else {
-					f.DeliverFrame("s", nil, it.first, it.pos, 0)
+					first, _ := stream.ParsePosition(it.first)
+					f.Push("s", stream.NewGap(&stream.Gap{First: first, Last: pos}))
 				}
 			}
 			if diff := cmp.Diff(tt.want, rec.got); diff != "" {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/bus"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/router"
@@ -98,6 +99,7 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	verifier *auth.Verifier
+	bus      *bus.Memory
 	channels *channels
 	tables   *tables // nil without a changefeed
 	metrics  *metrics
@@ -130,11 +132,18 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One node: every receiver is a local session. The Redis bus goes here for many nodes.
+	b := bus.NewMemory()
+	chans, err := newChannels(b, cfg.MaxPublishBytes)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		verifier: v,
-		channels: newChannels(cfg.MaxPublishBytes),
+		bus:      b,
+		channels: chans,
 		sessions: map[*session.Session]struct{}{},
 		closes:   map[wire.CloseCode]uint64{},
 		stopping: make(chan struct{}),
@@ -152,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := router.New(router.Config{Schema: schema, Tables: fc.Tables})
+		r, err := router.New(router.Config{Schema: schema, Tables: fc.Tables, Bus: b})
 		if err != nil {
 			schema.Close()
 			return nil, err
@@ -476,7 +485,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 // in Authorization: Bearer. The body is decoded as strictly as a client's publish frame.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	if !s.apiKeyOK(r) {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnauthorized,
+		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnauthorized,
 			Message: "send an API key from api.keys as Authorization: Bearer <key>"})
 		return
 	}
@@ -486,31 +495,31 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Field: "data",
+			session.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Field: "data",
 				Message: fmt.Sprintf("the publish body is longer than limits.max_publish_bytes (%d bytes) and 1 KiB for the other fields; publish less per message", s.cfg.MaxPublishBytes)})
 			return
 		}
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Err: err,
+		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Err: err,
 			Message: "the request body could not be read; send it again"})
 		return
 	}
 	p, err := wire.DecodePublishRequest(body)
 	if err != nil {
-		var we *wire.Error
-		if !errors.As(err, &we) {
+		we, ok := wire.AsError(err)
+		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		websocket.WriteHTTPError(w, we)
+		session.WriteHTTPError(w, we)
 		return
 	}
 	pos, err := s.channels.Publish(p.Channel, p.Event, p.Data)
 	if err != nil {
-		var we *wire.Error
-		if !errors.As(err, &we) {
+		we, ok := wire.AsError(err)
+		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Field: "channel", Message: err.Error()}
 		}
 		we.ID = p.ID
-		websocket.WriteHTTPError(w, we)
+		session.WriteHTTPError(w, we)
 		return
 	}
 	id := p.ID
@@ -519,7 +528,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := wire.AppendFrame(nil, &wire.Published{ID: id, Pos: pos})
 	if err != nil {
-		websocket.WriteHTTPError(w, &wire.Error{ID: p.ID, Code: wire.CodeInternal, Message: "the answer could not be encoded", Err: err})
+		session.WriteHTTPError(w, &wire.Error{ID: p.ID, Code: wire.CodeInternal, Message: "the answer could not be encoded", Err: err})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -14,6 +14,7 @@ import (
 	"github.com/heraldrt/herald/internal/filter"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,12 +36,12 @@ var _ session.Tables = (*tables)(nil)
 // the client may have received some of it before the crash. So everything at or before from
 // is held back (see floor), and only a from at or past the database's WAL end, which no commit
 // of this database can have reached, is refused with bad_position.
-func (t *tables) Subscribe(ctx context.Context, s session.Subscriber, f *wire.Subscribe) (session.TableSubscription, error) {
-	var target router.Target = s
+func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f *wire.Subscribe) (session.TableSubscription, error) {
+	target := s
 	if !f.From.IsZero() {
 		// Installed before the subscription attaches: what is routed between attaching and the
 		// check below is already held back.
-		target = &floor{Subscriber: s, from: f.From}
+		target = &floor{Receiver: s, from: f.From}
 	}
 	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target})
 	ts := session.TableSubscription{Head: sub.Head, Key: sub.Key, Unsubscribe: unsubscribe}
@@ -66,37 +67,28 @@ func (t *tables) Subscribe(ctx context.Context, s session.Subscriber, f *wire.Su
 // client already has: after a restart the router re-routes what the slot had not confirmed.
 // Frames come in commit order, so once one is past from, every later one is, and the floor
 // is lifted. Its fields are owned by the router's Accept, which routes one transaction at a
-// time under the router's lock and is the only caller of Deliver and DeliverFrame.
+// time under the router's lock and is the only caller of Push.
 type floor struct {
-	session.Subscriber
+	stream.Receiver
 	from   wire.Position
 	passed bool
 }
 
-// Deliver passes on a change frame after from.
-func (f *floor) Deliver(sub string, body []byte, pos string) {
-	if f.holds(pos) {
+// Push passes on an item after from: a change past it, or a gap that reaches past it.
+func (f *floor) Push(sub string, it *stream.Item) {
+	if f.holds(it.Position()) {
 		return
 	}
-	f.Subscriber.Deliver(sub, body, pos)
-}
-
-// DeliverFrame passes on a resync unless all it covers, up to pos, is at or before from.
-func (f *floor) DeliverFrame(sub string, frame []byte, first, pos string, count uint64) {
-	if f.holds(pos) {
-		return
-	}
-	f.Subscriber.DeliverFrame(sub, frame, first, pos, count)
+	f.Receiver.Push(sub, it)
 }
 
 // holds reports whether the item at pos is at or before from, and lifts the floor at the
 // first one past it.
-func (f *floor) holds(pos string) bool {
+func (f *floor) holds(p stream.Position) bool {
 	if f.passed {
 		return false
 	}
-	p, err := wire.ParsePosition(pos)
-	if err == nil && p.IsTable() && !after(p, f.from) {
+	if p.IsTable() && !after(p, f.from) {
 		return true
 	}
 	f.passed = true

@@ -2,16 +2,28 @@
 // frames, holds its identity and subscriptions, and owns the writer that drains the
 // connection's lanes onto its Transport.
 //
+// # Data path
+//
+// Producers hand a session stream items through Push (stream.Receiver). The session encodes a
+// change or a message with its connection's Codec (wire.Codec for herald.v1; each item is
+// encoded once per codec and shared by every connection) and queues it on the data lane; a gap
+// of any source, and a resumed subscription's gap, goes to delivery.Lanes.Gap, the one path a
+// gap takes. The codec also encodes the gaps when the writer takes them.
+//
 // # Concurrency
 //
 // Three kinds of goroutine touch a Session:
 //   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands) calls Handle,
 //     after AwaitReplyRoom, or TryHandle;
-//   - producers (the channel hub, the table router) call Deliver, which never blocks;
+//   - producers (the channel hub, the table router), through the bus, call Push, which never
+//     blocks;
 //   - the writer, Run, is the only goroutine that writes to the Transport.
 //
-// mu guards the identity and the subscription table. Deliver takes no lock of the session's: it
-// pushes onto the lanes, which have their own. Nothing is written to the network under mu.
+// mu guards the identity and the subscription table. Push takes mu only to look the
+// subscription up (and to buffer an item for one whose subscribed is not queued yet), then
+// releases it before it queues on the lanes, which have their own lock; a subscribe queues its
+// subscribed and the buffered items under mu, so the lock order is mu, then the lanes' lock.
+// Nothing is written to the network under mu.
 //
 // # Lifecycle
 //

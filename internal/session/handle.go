@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -17,8 +18,8 @@ import (
 func (s *Session) HandleFrame(b []byte) {
 	f, err := wire.Decode(b, s.cfg.MaxFrameBytes)
 	if err != nil {
-		var we *wire.Error
-		if !errors.As(err, &we) {
+		we, ok := wire.AsError(err)
+		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
 		s.Send(we)
@@ -88,9 +89,7 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 		return &wire.Error{ID: f.ID, Code: wire.CodeNotImplemented, Field: "mode",
 			Message: `mode "single" (acknowledged delivery) is reserved in protocol v1 and not served yet; use "broadcast"`}
 	}
-	kind := wire.FrameMessage
 	if f.Table != "" {
-		kind = wire.FrameChange
 		if s.deps.Tables == nil {
 			return &wire.Error{ID: f.ID, Code: wire.CodeUnknownTable, Field: "table",
 				Message: fmt.Sprintf("table %q is not streamed by this server: table subscriptions need the changefeed (changefeed.database_url) and the table in changefeed.tables", f.Table)}
@@ -113,10 +112,10 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 			Message: fmt.Sprintf("this connection holds %d subscriptions, the most it may; unsubscribe from one first, or open another connection", s.cfg.MaxSubscriptions)}
 	}
 	// The slot is taken before the hub is asked, so a concurrent subscribe with the same sub
-	// cannot slip in; it is live for Deliver from the moment the hub attaches it.
+	// cannot slip in; it is live for Push from the moment the producer attaches it.
 	s.gen++
 	su := &subscription{sub: f.Sub, key: f.Sub + "\x00" + strconv.FormatUint(s.gen, 36),
-		head: wire.AppendDataHead(nil, kind, f.Sub), unsubscribe: func() {}, pending: true}
+		head: s.cfg.Codec.Head(f.Sub, f.Table != ""), unsubscribe: func() {}, pending: true}
 	s.subs[f.Sub] = su
 	s.mu.Unlock()
 
@@ -141,8 +140,7 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 			delete(s.subs, f.Sub)
 		}
 		s.mu.Unlock()
-		var we *wire.Error
-		if errors.As(err, &we) {
+		if we, ok := wire.AsError(err); ok {
 			we.ID = f.ID
 			return we
 		}
@@ -172,12 +170,12 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	}
 	// Under mu, so nothing of this subscription is queued before these: subscribed, the
 	// resume gap if any, then what arrived while they were being prepared.
-	s.Send(&wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos, Key: key})
+	s.sendAt(su.key, pos.String(), &wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos, Key: key})
 	if gap := resumeGap(f, head); gap != nil {
-		s.Send(gap)
+		s.push(su.key, su.head, stream.NewGap(gap))
 	}
-	for _, fr := range su.buffered {
-		s.lanes.PushData(fr)
+	for _, it := range su.buffered {
+		s.push(su.key, su.head, it)
 	}
 	su.buffered, su.pending = nil, false
 	return nil
@@ -201,13 +199,13 @@ func checkFrom(f *wire.Subscribe, head wire.Position) *wire.Error {
 	return nil
 }
 
-// resumeGap is the resync a resumed subscription needs: this server keeps no history yet, so
+// resumeGap is the gap a resumed subscription starts with: this server keeps no history yet, so
 // every item between from and the stream's head is reported lost, and a from of another epoch
 // means the stream was reset. The resync says how many were lost only when that is exact: for
 // a channel without an event filter, every offset between from and the head was one
 // publication this subscription would have had.
-func resumeGap(f *wire.Subscribe, head wire.Position) *wire.Resync {
-	sub, from := f.Sub, f.From
+func resumeGap(f *wire.Subscribe, head wire.Position) *stream.Gap {
+	from := f.From
 	switch {
 	case from.IsZero() || head.IsZero():
 		return nil
@@ -220,14 +218,14 @@ func resumeGap(f *wire.Subscribe, head wire.Position) *wire.Resync {
 			if from.Idx > 0 {
 				first = wire.TablePosition(from.LSN, from.Idx+1)
 			}
-			return &wire.Resync{Sub: sub, First: first, Last: head, Reason: wire.ResyncHistoryExpired}
+			return &stream.Gap{First: first, Last: head, Reason: stream.ReasonHistoryExpired}
 		}
 		return nil
 	case from.Epoch != head.Epoch:
-		return &wire.Resync{Sub: sub, Last: head, Reason: wire.ResyncStreamReset}
+		return &stream.Gap{Last: head, Reason: stream.ReasonStreamReset}
 	case from.Offset < head.Offset:
-		r := &wire.Resync{Sub: sub, First: wire.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
-			Reason: wire.ResyncHistoryExpired}
+		r := &stream.Gap{First: wire.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
+			Reason: stream.ReasonHistoryExpired}
 		if f.Event == "" {
 			r.Lost = head.Offset - from.Offset
 		}
@@ -264,8 +262,8 @@ func (s *Session) publish(f *wire.Publish) {
 	}
 	pos, err := s.deps.Channels.Publish(f.Channel, f.Event, f.Data)
 	if err != nil {
-		var we *wire.Error
-		if !errors.As(err, &we) {
+		we, ok := wire.AsError(err)
+		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Field: "channel", Message: err.Error(), Err: err}
 		}
 		we.ID = f.ID

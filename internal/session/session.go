@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -33,7 +34,7 @@ type Transport interface {
 type Channels interface {
 	// Subscribe attaches sub to the channels pattern and event select, and returns the
 	// position it starts after (zero for a pattern spanning channels) and how to detach.
-	Subscribe(s Subscriber, sub, pattern, event string) (head wire.Position, unsubscribe func(), err error)
+	Subscribe(s stream.Receiver, sub, pattern, event string) (head wire.Position, unsubscribe func(), err error)
 	// Publish sends data to one channel and returns its position there.
 	Publish(channel, event string, data json.RawMessage) (wire.Position, error)
 }
@@ -43,7 +44,7 @@ type Tables interface {
 	// Subscribe validates and attaches a table subscription. A from past the end of the
 	// database's stream is refused with bad_position; nothing at or before a from is
 	// delivered. Errors are *wire.Error.
-	Subscribe(ctx context.Context, s Subscriber, f *wire.Subscribe) (TableSubscription, error)
+	Subscribe(ctx context.Context, s stream.Receiver, f *wire.Subscribe) (TableSubscription, error)
 }
 
 // TableSubscription is an attached table subscription.
@@ -53,16 +54,18 @@ type TableSubscription struct {
 	Unsubscribe func()        // detaches it
 }
 
-// Subscriber is what a producer hands data to: the session itself.
-type Subscriber interface {
-	// Deliver queues one data frame of sub: body is the frame's shared body, pos its
-	// position's text form.
-	Deliver(sub string, body []byte, pos string)
-	// DeliverFrame queues one whole frame of sub (a resync), in order with its data. It stands
-	// for count items (0: an unknown number) from first, which must not be empty, to pos: if it
-	// cannot be queued, sub's marker covers them all.
-	DeliverFrame(sub string, frame []byte, first, pos string, count uint64)
+// Codec is the protocol a connection speaks, as the session's data path uses it: it encodes
+// the stream's items into that protocol's frames. wire.Codec is herald.v1.
+type Codec interface {
+	stream.Encoder // the shared body of a change or a message, encoded once per item
+	// Head is the per-subscription prefix of sub's data frames, for a table subscription or a
+	// channel one.
+	Head(sub string, table bool) []byte
+	// Gap appends the frame that tells subscription sub about gap g.
+	Gap(dst []byte, sub string, g *stream.Gap) []byte
 }
+
+var _ stream.Receiver = (*Session)(nil)
 
 // Verifier checks tokens: auth.Verifier.
 type Verifier interface {
@@ -85,8 +88,10 @@ type Config struct {
 	ExpiryWarning time.Duration
 	// ClientPublish lets clients publish to channels.
 	ClientPublish bool
-	// Lanes bounds each connection's queues. EncodeMarker defaults to wire.AppendMarker.
+	// Lanes bounds each connection's queues. Its EncodeMarker is always the codec's.
 	Lanes delivery.Config
+	// Codec is the protocol the connection speaks. Default wire.Codec, herald.v1.
+	Codec Codec
 	// CloseGrace is how long the writer may spend writing the frames that explain a close.
 	// Default 2s.
 	CloseGrace time.Duration
@@ -120,11 +125,17 @@ func (c Config) withDefaults() Config {
 	if c.Lanes.MaxControlBytes == 0 {
 		c.Lanes.MaxControlBytes = delivery.DefaultMaxControlBytes
 	}
-	if c.Lanes.EncodeMarker == nil {
-		c.Lanes.EncodeMarker = func(dst []byte, m delivery.Marker) []byte {
-			m.Key = subOfKey(m.Key) // lanes keys carry a generation; the client knows the sub
-			return wire.AppendMarker(dst, m)
-		}
+	if c.Codec == nil {
+		c.Codec = wire.Codec{}
+	}
+	codec := c.Codec
+	c.Lanes.EncodeMarker = func(dst []byte, m delivery.Marker) []byte {
+		// Markers hold the text forms the frames carried, which parse back: the positions
+		// the session pushed.
+		first, _ := stream.ParsePosition(m.First)
+		last, _ := stream.ParsePosition(m.Last)
+		// Lanes keys carry a generation; the client knows the sub.
+		return codec.Gap(dst, subOfKey(m.Key), &stream.Gap{First: first, Last: last, Lost: m.Lost, Reason: m.Reason})
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -188,7 +199,7 @@ type subscription struct {
 	// never sees data before subscribed, nor before the resync of a resumed subscription.
 	// Both guarded by the session's mu.
 	pending  bool
-	buffered []delivery.Frame
+	buffered []*stream.Item
 }
 
 // New returns a session for an identity the transport has verified.
@@ -293,13 +304,17 @@ func (s *Session) AwaitReplyRoom(ctx context.Context) bool {
 
 // Send queues a control frame. A control lane that cannot take it means the client is not
 // reading its own replies: the session closes as too slow.
-func (s *Session) Send(f wire.Frame) {
+func (s *Session) Send(f wire.Frame) { s.sendAt("", "", f) }
+
+// sendAt is Send for a frame about the subscription with lanes key key, at position pos: the
+// writer's item carries both, for a transport that marks positions (SSE's event ids).
+func (s *Session) sendAt(key, pos string, f wire.Frame) {
 	b, err := wire.AppendFrame(nil, f)
 	if err != nil {
 		s.log.Error("encode a control frame", "type", f.Type(), "error", err)
 		return
 	}
-	if err := s.lanes.PushControl(b); err != nil {
+	if err := s.lanes.PushControlAt(b, key, pos); err != nil {
 		if errors.Is(err, delivery.ErrControlFull) {
 			s.Close(wire.CloseTooSlow, "replies are not being read")
 		}
@@ -312,37 +327,39 @@ func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
 	s.Close(code, err.Message)
 }
 
-// Deliver queues a data frame of sub: the body is shared with every other subscriber and
-// never modified. It never blocks; a frame the data lane cannot take becomes part of sub's
-// resync marker.
-func (s *Session) Deliver(sub string, body []byte, pos string) {
-	s.deliver(sub, delivery.Frame{Body: body, Pos: pos}, true)
-}
-
-// DeliverFrame queues a whole frame of sub, with no head: a resync in order with its data,
-// standing for count items (0 when unknown) from first to pos.
-func (s *Session) DeliverFrame(sub string, frame []byte, first, pos string, count uint64) {
-	s.deliver(sub, delivery.Frame{Body: frame, Pos: pos, First: first, Count: count}, false)
-}
-
-func (s *Session) deliver(sub string, f delivery.Frame, withHead bool) {
+// Push queues one item of subscription sub: stream.Receiver, which producers deliver to. It
+// never blocks. A change or a message is encoded by the connection's codec, once per item
+// for every connection that speaks it, and queued on the data lane, or lost into sub's gap if
+// it does not fit; a gap goes into sub's gap (delivery.Lanes.Gap, the one path every gap
+// takes). An item for a subscription that has ended is dropped.
+func (s *Session) Push(sub string, it *stream.Item) {
 	s.mu.Lock()
 	su := s.subs[sub]
 	if su == nil {
 		s.mu.Unlock()
 		return // unsubscribed while the producer was delivering
 	}
-	f.Key = su.key
-	if withHead {
-		f.Head = su.head
-	}
 	if su.pending {
-		su.buffered = append(su.buffered, f)
+		su.buffered = append(su.buffered, it)
 		s.mu.Unlock()
 		return
 	}
+	key, head := su.key, su.head
 	s.mu.Unlock()
-	s.lanes.PushData(f)
+	s.push(key, head, it)
+}
+
+// push queues it on the lanes under key.
+func (s *Session) push(key string, head []byte, it *stream.Item) {
+	if g := it.Gap; g != nil {
+		first := ""
+		if !g.First.IsZero() {
+			first = g.First.String()
+		}
+		s.lanes.Gap(key, first, it.PosText(), g.Lost, g.Reason)
+		return
+	}
+	s.lanes.PushData(delivery.Frame{Head: head, Body: it.Encoded(s.cfg.Codec), Key: key, Pos: it.PosText()})
 }
 
 // Close ends the session with code and reason. The first call wins, except over Lost: a
@@ -479,6 +496,10 @@ func (s *Session) live(items []delivery.Item) []delivery.Item {
 	s.mu.Lock()
 	for _, it := range items {
 		switch it.Kind {
+		case delivery.KindControl:
+			if it.Key != "" {
+				it.Key = subOfKey(it.Key)
+			}
 		case delivery.KindData:
 			su := s.subs[subOfKey(it.Key)]
 			if su == nil || su.key != it.Key {

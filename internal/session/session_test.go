@@ -13,6 +13,7 @@ import (
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 	"go.uber.org/goleak"
 )
@@ -55,7 +56,7 @@ func (g *gatedTransport) Close(wire.CloseCode, string) { g.once.Do(func() { clos
 // fakeChannels attaches every subscription and publishes nothing by itself.
 type fakeChannels struct{}
 
-func (fakeChannels) Subscribe(Subscriber, string, string, string) (wire.Position, func(), error) {
+func (fakeChannels) Subscribe(stream.Receiver, string, string, string) (wire.Position, func(), error) {
 	return wire.Position{}, func() {}, nil
 }
 func (fakeChannels) Publish(string, string, json.RawMessage) (wire.Position, error) {
@@ -79,11 +80,11 @@ func TestNothingOfAnEndedSubscriptionFollowsItsUnsubscribed(t *testing.T) {
 	s.Handle(&wire.Subscribe{ID: "1", Sub: "x", Channel: "rooms/a"})
 	<-g.started // the writer holds its first batch: subscribed
 	for i := 0; i < 3; i++ {
-		s.Deliver("x", []byte(`"pos":"e:1","channel":"rooms/a","data":"old"}`), "e:1")
+		s.Push("x", stream.NewMessage(&stream.Message{Pos: stream.ChannelPosition("e", 1), Channel: "rooms/a", Data: []byte(`"old"`)}))
 	}
 	s.Handle(&wire.Unsubscribe{ID: "2", Sub: "x"})
 	s.Handle(&wire.Subscribe{ID: "3", Sub: "x", Channel: "rooms/b"})
-	s.Deliver("x", []byte(`"pos":"f:1","channel":"rooms/b","data":"new"}`), "f:1")
+	s.Push("x", stream.NewMessage(&stream.Message{Pos: stream.ChannelPosition("f", 1), Channel: "rooms/b", Data: []byte(`"new"`)}))
 	close(g.gate)
 
 	deadline := time.Now().Add(5 * time.Second)
@@ -119,21 +120,21 @@ func TestResumeGap(t *testing.T) {
 		name string
 		f    wire.Subscribe
 		head wire.Position
-		want *wire.Resync
+		want *stream.Gap
 	}{
 		{"no from", wire.Subscribe{Sub: "s", Channel: "c"}, ch("e", 9), nil},
 		{"channel at its head", wire.Subscribe{Sub: "s", Channel: "c", From: ch("e", 9)}, ch("e", 9), nil},
 		{"channel behind its head", wire.Subscribe{Sub: "s", Channel: "c", From: ch("e", 4)}, ch("e", 9),
-			&wire.Resync{Sub: "s", First: ch("e", 5), Last: ch("e", 9), Lost: 5, Reason: wire.ResyncHistoryExpired}},
+			&stream.Gap{First: ch("e", 5), Last: ch("e", 9), Lost: 5, Reason: stream.ReasonHistoryExpired}},
 		// Offsets count every publication; the event filter would have passed an unknown few.
 		{"channel with an event filter", wire.Subscribe{Sub: "s", Channel: "c", Event: "chat", From: ch("e", 4)}, ch("e", 9),
-			&wire.Resync{Sub: "s", First: ch("e", 5), Last: ch("e", 9), Reason: wire.ResyncHistoryExpired}},
+			&stream.Gap{First: ch("e", 5), Last: ch("e", 9), Reason: stream.ReasonHistoryExpired}},
 		{"channel of another epoch", wire.Subscribe{Sub: "s", Channel: "c", From: ch("old", 4)}, ch("e", 9),
-			&wire.Resync{Sub: "s", Last: ch("e", 9), Reason: wire.ResyncStreamReset}},
+			&stream.Gap{Last: ch("e", 9), Reason: stream.ReasonStreamReset}},
 		{"table behind its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x10, 0)}, tbl(0x90, 0),
-			&wire.Resync{Sub: "s", Last: tbl(0x90, 0), Reason: wire.ResyncHistoryExpired}},
+			&stream.Gap{Last: tbl(0x90, 0), Reason: stream.ReasonHistoryExpired}},
 		{"table inside the head's transaction", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x90, 2)}, tbl(0x90, 0),
-			&wire.Resync{Sub: "s", First: tbl(0x90, 3), Last: tbl(0x90, 0), Reason: wire.ResyncHistoryExpired}},
+			&stream.Gap{First: tbl(0x90, 3), Last: tbl(0x90, 0), Reason: stream.ReasonHistoryExpired}},
 		{"table at its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x90, 0)}, tbl(0x90, 0), nil},
 		{"table ahead of its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x99, 1)}, tbl(0x90, 0), nil},
 	}

@@ -4,121 +4,43 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/heraldrt/herald/internal/fault"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
-// Code is the stable, machine-readable name of an error a client can receive, as the `code`
-// field of an error frame. The same string is the log attribute and the metric label. Each code
-// has an HTTP-like status (Code.Status) that tells a client which class of failure it is, so a
-// client meeting a code newer than itself can still react by status.
-type Code string
+// Code is the stable, machine-readable name of an error a client can receive: fault.Code,
+// where the closed set and each code's status are decided. docs/PROTOCOL.md lists them.
+type Code = fault.Code
 
-// The closed set of error codes. docs/PROTOCOL.md lists each with its status, meaning and the
-// client's reaction; a test keeps the two in step.
+// The codes; see fault.Code for each.
 const (
-	// CodeBadFrame (400): the frame is not valid JSON, not an object, or a field is missing,
-	// empty, of the wrong type or malformed. The message names the field.
-	CodeBadFrame Code = "bad_frame"
-	// CodeUnknownType (400): the frame's type is not one this server reads.
-	CodeUnknownType Code = "unknown_type"
-	// CodeFrameTooLarge (413): the frame is longer than welcome.limits.max_frame_bytes, or a
-	// publish's data is longer than the server's limits.max_publish_bytes (Field "data").
-	CodeFrameTooLarge Code = "frame_too_large"
-	// CodeUnsupportedVersion (426): the client offered no protocol version the server speaks.
-	CodeUnsupportedVersion Code = "unsupported_version"
-	// CodeUnauthorized (401): the token is missing, malformed, or its signature, issuer or
-	// audience does not verify.
-	CodeUnauthorized Code = "unauthorized"
-	// CodeTokenExpired (401): the token verified but has expired (or is not yet valid).
-	CodeTokenExpired Code = "token_expired"
-	// CodeForbidden (403): policy denies this identity the request: a subscribe rule said no,
-	// or a refresh token belongs to another identity.
-	CodeForbidden Code = "forbidden"
-	// CodeNotFound (404): no such subscription on this connection. Also the answer for
-	// another connection's subscription id, so it reveals nothing about other connections.
-	CodeNotFound Code = "not_found"
-	// CodeDuplicateSubscription (409): the connection already has a subscription with this id.
-	CodeDuplicateSubscription Code = "duplicate_subscription"
-	// CodeTooManySubscriptions (429): the connection holds welcome.limits.max_subscriptions.
-	CodeTooManySubscriptions Code = "too_many_subscriptions"
-	// CodeTooManyConnections (429): a connection limit (per node or per identity) is reached.
-	CodeTooManyConnections Code = "too_many_connections"
-	// CodeRateLimited (429): the connection sends requests faster than the server allows.
-	CodeRateLimited Code = "rate_limited"
-	// CodeTooSlow (429): the connection's queue stayed full past the server's limit; the
-	// last event of an SSE stream the server ends for it (on WebSocket, close 4000).
-	CodeTooSlow Code = "too_slow"
-	// CodeBadFilter (400): the subscription's filter does not parse or does not type-check.
-	CodeBadFilter Code = "bad_filter"
-	// CodeUnknownTable (404): Herald does not stream that table (not in its publication).
-	CodeUnknownTable Code = "unknown_table"
-	// CodeUnknownColumn (400): a filter or columns list names a column the table lacks.
-	CodeUnknownColumn Code = "unknown_column"
-	// CodeBadPosition (400): a well-formed position that cannot be used here: the wrong kind
-	// for the stream, or beyond the stream's head.
-	CodeBadPosition Code = "bad_position"
-	// CodePublishNotAllowed (403): policy does not let this identity publish to the channel.
-	CodePublishNotAllowed Code = "publish_not_allowed"
-	// CodeNotImplemented (501): a reserved part of the protocol this server does not serve
-	// yet: subscribe mode "single", ack.
-	CodeNotImplemented Code = "not_implemented"
-	// CodePolicyError (500): a policy rule failed to evaluate. For a row rule this is sent
-	// without a request id, alongside a resync for the affected subscription.
-	CodePolicyError Code = "policy_error"
-	// CodeInternal (500): a server bug or an unexpected failure.
-	CodeInternal Code = "internal"
-	// CodeUnavailable (503): a dependency is down (the changefeed, the store); try again later.
-	CodeUnavailable Code = "unavailable"
+	CodeBadFrame              = fault.CodeBadFrame
+	CodeUnknownType           = fault.CodeUnknownType
+	CodeFrameTooLarge         = fault.CodeFrameTooLarge
+	CodeUnsupportedVersion    = fault.CodeUnsupportedVersion
+	CodeUnauthorized          = fault.CodeUnauthorized
+	CodeTokenExpired          = fault.CodeTokenExpired
+	CodeForbidden             = fault.CodeForbidden
+	CodeNotFound              = fault.CodeNotFound
+	CodeDuplicateSubscription = fault.CodeDuplicateSubscription
+	CodeTooManySubscriptions  = fault.CodeTooManySubscriptions
+	CodeTooManyConnections    = fault.CodeTooManyConnections
+	CodeRateLimited           = fault.CodeRateLimited
+	CodeTooSlow               = fault.CodeTooSlow
+	CodeBadFilter             = fault.CodeBadFilter
+	CodeUnknownTable          = fault.CodeUnknownTable
+	CodeUnknownColumn         = fault.CodeUnknownColumn
+	CodeBadPosition           = fault.CodeBadPosition
+	CodePublishNotAllowed     = fault.CodePublishNotAllowed
+	CodeNotImplemented        = fault.CodeNotImplemented
+	CodePolicyError           = fault.CodePolicyError
+	CodeInternal              = fault.CodeInternal
+	CodeUnavailable           = fault.CodeUnavailable
 )
 
-var codeStatus = map[Code]int{
-	CodeBadFrame:              400,
-	CodeUnknownType:           400,
-	CodeFrameTooLarge:         413,
-	CodeUnsupportedVersion:    426,
-	CodeUnauthorized:          401,
-	CodeTokenExpired:          401,
-	CodeForbidden:             403,
-	CodeNotFound:              404,
-	CodeDuplicateSubscription: 409,
-	CodeTooManySubscriptions:  429,
-	CodeTooManyConnections:    429,
-	CodeRateLimited:           429,
-	CodeTooSlow:               429,
-	CodeBadFilter:             400,
-	CodeUnknownTable:          404,
-	CodeUnknownColumn:         400,
-	CodeBadPosition:           400,
-	CodePublishNotAllowed:     403,
-	CodeNotImplemented:        501,
-	CodePolicyError:           500,
-	CodeInternal:              500,
-	CodeUnavailable:           503,
-}
-
-// Codes returns every Code, in the order docs/PROTOCOL.md lists them, for metrics that
-// pre-create their labels.
-func Codes() []Code {
-	return []Code{
-		CodeBadFrame, CodeUnknownType, CodeFrameTooLarge, CodeUnsupportedVersion,
-		CodeUnauthorized, CodeTokenExpired, CodeForbidden, CodeNotFound,
-		CodeDuplicateSubscription, CodeTooManySubscriptions, CodeTooManyConnections,
-		CodeRateLimited, CodeTooSlow, CodeBadFilter, CodeUnknownTable, CodeUnknownColumn, CodeBadPosition,
-		CodePublishNotAllowed, CodeNotImplemented, CodePolicyError, CodeInternal, CodeUnavailable,
-	}
-}
-
-// Known reports whether c is one of the codes this version defines.
-func (c Code) Known() bool { _, ok := codeStatus[c]; return ok }
-
-// Status returns c's HTTP-like status, or 500 for a code this version does not know.
-func (c Code) Status() int {
-	if s, ok := codeStatus[c]; ok {
-		return s
-	}
-	return 500
-}
-
-func (c Code) String() string { return string(c) }
+// Codes returns every Code, in the order docs/PROTOCOL.md lists them.
+func Codes() []Code { return fault.Codes() }
 
 // Error is a client-facing error: what Decode returns for a frame it refuses, what the session
 // returns for a request it refuses, and the error frame itself (it implements Frame), so a
@@ -168,11 +90,24 @@ func (*Error) frame()          {}
 // none: an error that was not made for the client is the server's fault, and its text is not
 // for the client either.
 func CodeOf(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
+	if e, ok := AsError(err); ok {
 		return e.Code
 	}
 	return CodeInternal
+}
+
+// AsError returns the error frame that answers err: err itself when it is or wraps an *Error,
+// the same code, field and message when it is or wraps a *fault.Error raised below the
+// protocol edge; false otherwise.
+func AsError(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	if fe, ok := fault.As(err); ok {
+		return &Error{Code: fe.Code, Field: fe.Field, Message: fe.Message, Err: fe}, true
+	}
+	return nil, false
 }
 
 // CloseCode is the status code of a WebSocket close frame the server sends. Standard codes are
@@ -321,34 +256,20 @@ func CloseReason(c CloseCode, msg string) string {
 
 // ResyncReason says why a resync frame was sent: why the subscription's view went stale. The
 // client's reaction is the same for every reason (see docs/PROTOCOL.md, "Resync"); the reason
-// is for logs and metrics. A newer server may send a reason this version does not list.
-type ResyncReason string
+// is for logs and metrics. A newer server may send a reason this version does not list. It is
+// the stream's gap reason, passed through unchanged.
+type ResyncReason = stream.Reason
 
-// The resync reasons of v1. lane_full and too_large are the delivery package's DropReasons,
-// passed through unchanged.
+// The resync reasons of v1: see stream.Reason for each.
 const (
-	// ResyncLaneFull: the connection's data queue was full; the client reads too slowly.
-	ResyncLaneFull ResyncReason = "lane_full"
-	// ResyncTooLarge: one item was larger than the connection's whole data queue.
-	ResyncTooLarge ResyncReason = "too_large"
-	// ResyncHistoryExpired: the subscribe's from position is older than the history the
-	// server retains, so the items after it cannot be replayed.
-	ResyncHistoryExpired ResyncReason = "history_expired"
-	// ResyncStreamReset: the stream was recreated: a channel's epoch changed, or Herald's
-	// replication slot was recreated. Positions from before it mean nothing now.
-	ResyncStreamReset ResyncReason = "stream_reset"
-	// ResyncPolicyError: a row rule failed to evaluate, so the server withheld the items
-	// rather than guess. An error frame with code policy_error accompanies it.
-	ResyncPolicyError ResyncReason = "policy_error"
-	// ResyncTransactionTooLarge: a transaction was larger than the changefeed holds, so its
-	// rows were let go (change.Txn.Overflow); first and last are its commit position.
-	ResyncTransactionTooLarge ResyncReason = "transaction_too_large"
-	// ResyncUpstreamGap: a hop before this node (the bus between nodes, a link between
-	// regions) lost items and said so.
-	ResyncUpstreamGap ResyncReason = "upstream_gap"
-	// ResyncIncompleteImage: Postgres did not log enough of a row to tell how one change
-	// affected the subscription's view (a column its filter reads was left out).
-	ResyncIncompleteImage ResyncReason = "incomplete_image"
+	ResyncLaneFull            = stream.ReasonLaneFull
+	ResyncTooLarge            = stream.ReasonTooLarge
+	ResyncHistoryExpired      = stream.ReasonHistoryExpired
+	ResyncStreamReset         = stream.ReasonStreamReset
+	ResyncPolicyError         = stream.ReasonPolicyError
+	ResyncTransactionTooLarge = stream.ReasonTransactionTooLarge
+	ResyncUpstreamGap         = stream.ReasonUpstreamGap
+	ResyncIncompleteImage     = stream.ReasonIncompleteImage
 )
 
 // ResyncReasons returns every ResyncReason, in the order docs/PROTOCOL.md lists them.

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldrt/herald/internal/change"
-	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
 // AppendDataHead appends the per-subscription head of a data frame of type t (FrameChange or
@@ -36,7 +36,7 @@ func AppendDataHead(dst []byte, t FrameType, sub string) []byte {
 // that one holding a line break is compacted, so the frame stays one line.
 func AppendChangeBody(dst []byte, c *Change) []byte {
 	dst = append(dst, `"pos":"`...)
-	dst = appendLSN(dst, c.LSN)
+	dst = stream.AppendLSN(dst, c.LSN)
 	dst = append(dst, '"')
 	if c.Idx != 0 {
 		dst = append(dst, `,"idx":`...)
@@ -101,56 +101,28 @@ func AppendMessageBody(dst []byte, m *Message) []byte {
 	return append(dst, '}')
 }
 
-// AppendMarker appends the resync frame for a delivery marker: the frames of subscription m.Key
-// from m.First to m.Last were lost. It has the signature of delivery.Config.EncodeMarker. The
-// positions are the delivery frames' Pos strings, position text forms; each is written in its
-// JSON form, and one that does not parse is written as the string it is.
-func AppendMarker(dst []byte, m delivery.Marker) []byte {
-	dst = AppendDataHead(dst, FrameResync, m.Key)
-	if m.First != "" {
-		dst = append(dst, `"first":`...)
-		dst = appendPositionText(dst, m.First)
-		dst = append(dst, ',')
-	}
-	dst = append(dst, `"last":`...)
-	dst = appendPositionText(dst, m.Last)
-	if m.Lost > 0 {
-		dst = append(dst, `,"lost":`...)
-		dst = strconv.AppendUint(dst, m.Lost, 10)
-	}
-	dst = append(dst, `,"reason":`...)
-	dst = change.AppendJSONString(dst, string(m.Reason))
-	return append(dst, '}')
-}
-
 // AppendResync appends r's resync frame to dst.
 func AppendResync(dst []byte, r *Resync) []byte {
-	dst = AppendDataHead(dst, FrameResync, r.Sub)
-	if !r.First.IsZero() {
+	return AppendGap(dst, r.Sub, &stream.Gap{First: r.First, Last: r.Last, Lost: r.Lost, Reason: r.Reason})
+}
+
+// AppendGap appends the resync frame that tells subscription sub about gap g.
+func AppendGap(dst []byte, sub string, g *stream.Gap) []byte {
+	dst = AppendDataHead(dst, FrameResync, sub)
+	if !g.First.IsZero() {
 		dst = append(dst, `"first":`...)
-		dst = r.First.AppendJSON(dst)
+		dst = g.First.AppendJSON(dst)
 		dst = append(dst, ',')
 	}
 	dst = append(dst, `"last":`...)
-	dst = r.Last.AppendJSON(dst)
-	if r.Lost > 0 {
+	dst = g.Last.AppendJSON(dst)
+	if g.Lost > 0 {
 		dst = append(dst, `,"lost":`...)
-		dst = strconv.AppendUint(dst, r.Lost, 10)
+		dst = strconv.AppendUint(dst, g.Lost, 10)
 	}
 	dst = append(dst, `,"reason":`...)
-	dst = change.AppendJSONString(dst, string(r.Reason))
+	dst = change.AppendJSONString(dst, string(g.Reason))
 	return append(dst, '}')
-}
-
-func appendPositionText(dst []byte, s string) []byte {
-	if s == "" {
-		return append(dst, "null"...)
-	}
-	p, err := ParsePosition(s)
-	if err != nil {
-		return change.AppendJSONString(dst, s)
-	}
-	return p.AppendJSON(dst)
 }
 
 // AppendFrame appends any frame to dst: a client frame for a client to send, a server frame

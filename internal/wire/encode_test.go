@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/change"
-	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
 var commitTime = time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.FixedZone("x", 3600))
@@ -190,42 +190,35 @@ func TestFramesAreOneLine(t *testing.T) {
 	}
 }
 
-func TestAppendMarker(t *testing.T) {
+func TestAppendGap(t *testing.T) {
 	tests := []struct {
 		name string
-		m    delivery.Marker
+		sub  string
+		g    stream.Gap
 		want string
 	}{
-		{"table range", delivery.Marker{Key: "s1", Reason: delivery.ReasonLaneFull, First: "16/B374D848.2", Last: "16/B374D900.1", Lost: 5},
+		{"table range", "s1", stream.Gap{Reason: stream.ReasonLaneFull, First: TablePosition(0x16B374D848, 2), Last: TablePosition(0x16B374D900, 1), Lost: 5},
 			`{"type":"resync","sub":"s1","first":"16/B374D848.2","last":"16/B374D900.1","lost":5,"reason":"lane_full"}`},
-		{"channel range", delivery.Marker{Key: "c1", Reason: delivery.ReasonTooLarge, First: "k7:3", Last: "k7:3", Lost: 1},
+		{"channel range", "c1", stream.Gap{Reason: stream.ReasonTooLarge, First: ChannelPosition("k7", 3), Last: ChannelPosition("k7", 3), Lost: 1},
 			`{"type":"resync","sub":"c1","first":{"epoch":"k7","offset":3},"last":{"epoch":"k7","offset":3},"lost":1,"reason":"too_large"}`},
-		{"position that does not parse stays a string", delivery.Marker{Key: "s", Reason: "lane_full", First: "what", Last: `a"b`, Lost: 2},
-			`{"type":"resync","sub":"s","first":"what","last":"a\"b","lost":2,"reason":"lane_full"}`},
-		{"no first", delivery.Marker{Key: "s", Reason: "x", Last: "1/1"},
-			`{"type":"resync","sub":"s","last":"1/1","reason":"x"}`},
+		{"no first, count unknown", "s", stream.Gap{Reason: stream.ReasonHistoryExpired, Last: TablePosition(0x100000001, 0)},
+			`{"type":"resync","sub":"s","last":"1/1","reason":"history_expired"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := AppendMarker(nil, tt.m)
+			got := AppendGap(nil, tt.sub, &tt.g)
 			if string(got) != tt.want {
-				t.Fatalf("AppendMarker =\n%s\nwant\n%s", got, tt.want)
+				t.Fatalf("AppendGap =\n%s\nwant\n%s", got, tt.want)
 			}
-			if !json.Valid(got) {
-				t.Fatalf("not valid JSON")
+			f, err := DecodeServer(got, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := &Resync{Sub: tt.sub, First: tt.g.First, Last: tt.g.Last, Lost: tt.g.Lost, Reason: tt.g.Reason}
+			if diff := cmp.Diff(want, f); diff != "" {
+				t.Errorf("decoded (-want +got):\n%s", diff)
 			}
 		})
-	}
-	// It is assignable as delivery's encoder, and a decodable resync.
-	cfg := delivery.Config{EncodeMarker: AppendMarker}
-	b := cfg.EncodeMarker(nil, tests[0].m)
-	f, err := DecodeServer(b, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &Resync{Sub: "s1", First: TablePosition(0x16B374D848, 2), Last: TablePosition(0x16B374D900, 1), Lost: 5, Reason: ResyncLaneFull}
-	if diff := cmp.Diff(want, f); diff != "" {
-		t.Errorf("decoded marker (-want +got):\n%s", diff)
 	}
 }
 
@@ -265,14 +258,14 @@ func TestNewChange(t *testing.T) {
 func TestDataFramesAllocateNothing(t *testing.T) {
 	c := benchChange(10)
 	m := &Message{Pos: ChannelPosition("k7Hq2x", 42), Channel: "rooms/1", Event: "chat", Data: raw(`{"text":"hello"}`)}
-	mk := delivery.Marker{Key: "s1", Reason: delivery.ReasonLaneFull, First: "16/B374D848.2", Last: "k7:9", Lost: 5}
+	g := &stream.Gap{Reason: stream.ReasonLaneFull, First: TablePosition(0x16B374D848, 2), Last: ChannelPosition("k7", 9), Lost: 5}
 	buf := make([]byte, 0, 4096)
 	allocs := testing.AllocsPerRun(100, func() {
 		b := AppendDataHead(buf[:0], FrameChange, "subscription-1")
 		b = AppendChangeBody(b, c)
 		b = AppendDataHead(b[:0], FrameMessage, "s")
 		b = AppendMessageBody(b, m)
-		_ = AppendMarker(b[:0], mk)
+		_ = AppendGap(b[:0], "s1", g)
 	})
 	if allocs != 0 {
 		t.Errorf("data frame encoders allocate %v times per frame, want 0", allocs)

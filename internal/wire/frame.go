@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
 // FrameType is a frame's "type" field. Every frame is one JSON object whose first member is
@@ -100,25 +101,21 @@ const (
 	ModeSingle Mode = "single"
 )
 
-// Op is what a change frame tells the subscriber to do with a row.
-type Op string
+// Op is what a change frame tells the subscriber to do with a row: stream.Op.
+type Op = stream.Op
 
+// The ops; see stream.Op.
 const (
-	OpInsert   Op = Op(change.Insert)   // a new row in view: add it (row)
-	OpUpdate   Op = Op(change.Update)   // a row in view changed: replace or upsert it (row, old?)
-	OpDelete   Op = Op(change.Delete)   // a row in view was deleted: remove it (old)
-	OpTruncate Op = Op(change.Truncate) // the table was emptied: clear it (no row)
-	// OpEnter: an update moved a row into this subscription's view (its filter or the row
-	// rule now admits it). Add it like an insert (row).
-	OpEnter Op = "enter"
-	// OpLeave: an update moved a row out of this subscription's view (its filter or the row
-	// rule no longer admits it). Remove it like a delete (old, the image the subscriber was
-	// last allowed to see). The new image is never sent.
-	OpLeave Op = "leave"
+	OpInsert   = stream.OpInsert
+	OpUpdate   = stream.OpUpdate
+	OpDelete   = stream.OpDelete
+	OpTruncate = stream.OpTruncate
+	OpEnter    = stream.OpEnter
+	OpLeave    = stream.OpLeave
 )
 
 // Ops returns every Op.
-func Ops() []Op { return []Op{OpInsert, OpUpdate, OpDelete, OpTruncate, OpEnter, OpLeave} }
+func Ops() []Op { return stream.Ops() }
 
 // Connect is a client's first frame on a WebSocket.
 type Connect struct {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/change"
-	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
 // decodeCodes are the codes a decoder may answer with.
@@ -138,8 +138,8 @@ func FuzzDataFrame(f *testing.F) {
 		frames := map[FrameType][]byte{
 			FrameChange:  AppendChangeBody(AppendDataHead(nil, FrameChange, sub), c),
 			FrameMessage: AppendMessageBody(AppendDataHead(nil, FrameMessage, sub), m),
-			FrameResync: AppendMarker(nil, delivery.Marker{Key: sub, Reason: delivery.DropReason(tag),
-				First: val, Last: ChannelPosition(epoch, offset).String(), Lost: offset}),
+			FrameResync: AppendGap(nil, sub, &stream.Gap{Reason: stream.Reason(tag),
+				First: TablePosition(change.LSN(lsn), uint32(offset)), Last: ChannelPosition(epoch, offset), Lost: offset}),
 		}
 		for typ, b := range frames {
 			if !json.Valid(b) || !utf8.Valid(b) || bytes.ContainsAny(b, "\r\n") {

@@ -10,7 +10,6 @@ package sse
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/session"
-	"github.com/heraldrt/herald/internal/transport/websocket"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -39,8 +37,8 @@ type Config struct {
 type Handler struct {
 	cfg      Config
 	deps     session.Deps
-	auth     websocket.Authenticator
-	registry websocket.Registry
+	auth     session.Authenticator
+	registry session.Registry
 	base     context.Context
 	log      *slog.Logger
 
@@ -49,7 +47,7 @@ type Handler struct {
 }
 
 // New returns the SSE handler. base is the server's context: sessions run under it.
-func New(base context.Context, cfg Config, deps session.Deps, a websocket.Authenticator, r websocket.Registry) *Handler {
+func New(base context.Context, cfg Config, deps session.Deps, a session.Authenticator, r session.Registry) *Handler {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 25 * time.Second
 	}
@@ -76,7 +74,7 @@ func authError(err error) *wire.Error { return session.AuthError("", err) }
 func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the response cannot stream"})
+		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the response cannot stream"})
 		return
 	}
 	lastID := r.Header.Get("Last-Event-ID")
@@ -85,16 +83,16 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	}
 	sub, err := wire.SubscribeFromQuery(r.URL.Query(), lastID)
 	if err != nil {
-		var we *wire.Error
-		if !errors.As(err, &we) {
+		we, ok := wire.AsError(err)
+		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		websocket.WriteHTTPError(w, we)
+		session.WriteHTTPError(w, we)
 		return
 	}
 	ident, err := h.auth.Authenticate(bearer(r))
 	if err != nil {
-		websocket.WriteHTTPError(w, authError(err))
+		session.WriteHTTPError(w, authError(err))
 		return
 	}
 	release, ok := h.registry.Admit()
@@ -131,7 +129,7 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 				flusher.Flush()
 				return
 			}
-			websocket.WriteHTTPError(w, we)
+			session.WriteHTTPError(w, we)
 			return
 		}
 	}
@@ -201,22 +199,22 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 	s := h.streams[r.PathValue("session")]
 	h.mu.Unlock()
 	if s == nil {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
+		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(maxFrame(h.cfg.Session.MaxFrameBytes)))
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
+		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
 		return
 	}
 	f, err := wire.Decode(body, h.cfg.Session.MaxFrameBytes)
 	if err != nil {
-		var we *wire.Error
-		if !errors.As(err, &we) {
+		we, ok := wire.AsError(err)
+		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		websocket.WriteHTTPError(w, we)
+		session.WriteHTTPError(w, we)
 		return
 	}
 	// The session belongs to the identity that opened the stream: a command must prove the
@@ -224,17 +222,17 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 	if _, isRefresh := f.(*wire.Refresh); !isRefresh {
 		ident, err := h.auth.Authenticate(bearer(r))
 		if err != nil {
-			websocket.WriteHTTPError(w, authError(err))
+			session.WriteHTTPError(w, authError(err))
 			return
 		}
 		owner := s.Identity()
 		if ident.Subject != owner.Subject || ident.Anonymous != owner.Anonymous {
-			websocket.WriteHTTPError(w, &wire.Error{Code: wire.CodeForbidden, Message: "this session belongs to another identity"})
+			session.WriteHTTPError(w, &wire.Error{Code: wire.CodeForbidden, Message: "this session belongs to another identity"})
 			return
 		}
 	}
 	if we := s.TryHandle(f); we != nil {
-		websocket.WriteHTTPError(w, we)
+		session.WriteHTTPError(w, we)
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -287,14 +285,14 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 			b = append(b, ' ')
 			b = append(b, it.Marker.Last...)
 			b = append(b, '\n')
-		case it.Kind == delivery.KindControl && t.urlSub != "" && (bytes.HasPrefix(it.Body, resyncPrefix) || bytes.HasPrefix(it.Body, subscribedPrefix)):
-			// A resumed subscription's gap goes out as a control frame; its id lets the next
-			// reconnect resume after the gap rather than report it again.
-			if id := resyncEventID(it.Body, t.urlSub); id != "" {
-				b = append(b, "id: "...)
-				b = append(b, id...)
-				b = append(b, '\n')
-			}
+		case it.Kind == delivery.KindControl && it.Key == t.urlSub && t.urlSub != "" && it.Pos != "":
+			// The URL subscription's subscribed: its id lets a reconnect before any data resume
+			// from where the subscription started.
+			b = append(b, "id: "...)
+			b = append(b, it.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Pos...)
+			b = append(b, '\n')
 		}
 		b = append(b, "data: "...)
 		b = append(b, it.Head...)
@@ -314,33 +312,9 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 }
 
 var (
-	resyncPrefix     = []byte(`{"type":"resync"`)
-	subscribedPrefix = []byte(`{"type":"subscribed"`)
 	// An unprompted error (no id) explains an ending; a reply to one request does not.
 	errorPrefix = []byte(`{"type":"error","code"`)
 )
-
-// resyncEventID is the event id of a resync or subscribed frame of the URL subscription (its
-// last position, or the position it starts after), or "" for another subscription's, or a
-// subscribed at no position yet.
-func resyncEventID(frame []byte, urlSub string) string {
-	var r struct {
-		Sub  string        `json:"sub"`
-		Last wire.Position `json:"last"`
-		Pos  wire.Position `json:"pos"`
-	}
-	if json.Unmarshal(frame, &r) != nil || r.Sub != urlSub {
-		return ""
-	}
-	p := r.Last
-	if p.IsZero() {
-		p = r.Pos
-	}
-	if p.IsZero() {
-		return ""
-	}
-	return string(wire.AppendEventID(nil, r.Sub, p))
-}
 
 // errBlocked is what comment returns for a write that failed once its deadline had passed: the
 // client stopped reading.

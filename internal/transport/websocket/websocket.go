@@ -8,7 +8,6 @@ package websocket
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +19,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
-	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/wire"
@@ -28,24 +26,6 @@ import (
 
 // Subprotocol is the WebSocket subprotocol of protocol v1.
 const Subprotocol = "herald.v1"
-
-// Authenticator turns a token ("" for none) into an identity.
-type Authenticator interface {
-	Authenticate(token string) (auth.Identity, error)
-}
-
-// Registry admits and tracks sessions: the server's connection limit and its list of live
-// sessions for shutdown.
-type Registry interface {
-	// Admit reserves a connection slot; ok is false when the node is full.
-	Admit() (release func(), ok bool)
-	// Track records a live session until untrack is called. A session tracked once the node
-	// is stopping is closed at once.
-	Track(s *session.Session) (untrack func())
-	// Stopping is closed when the node begins to shut down and closes its sessions. A
-	// connection with no session yet (before connect) watches it to close alike.
-	Stopping() <-chan struct{}
-}
 
 // Config configures the handler. The zero value of each field means its default.
 type Config struct {
@@ -62,14 +42,14 @@ type Config struct {
 type Handler struct {
 	cfg      Config
 	deps     session.Deps
-	auth     Authenticator
-	registry Registry
+	auth     session.Authenticator
+	registry session.Registry
 	base     context.Context
 	log      *slog.Logger
 }
 
 // New returns the WebSocket handler. base is the server's context: sessions run under it.
-func New(base context.Context, cfg Config, deps session.Deps, a Authenticator, r Registry) *Handler {
+func New(base context.Context, cfg Config, deps session.Deps, a session.Authenticator, r session.Registry) *Handler {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
@@ -109,20 +89,9 @@ func upgradeToken(r *http.Request) string {
 	return r.URL.Query().Get("access_token")
 }
 
-// WriteHTTPError answers a request the server refuses before any stream exists.
-func WriteHTTPError(w http.ResponseWriter, e *wire.Error) {
-	b, err := wire.AppendFrame(nil, e)
-	if err != nil {
-		b, _ = json.Marshal(map[string]string{"type": "error", "code": string(wire.CodeInternal)})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.StatusCode())
-	_, _ = w.Write(b)
-}
-
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !offersV1(r) {
-		WriteHTTPError(w, &wire.Error{Code: wire.CodeUnsupportedVersion,
+		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnsupportedVersion,
 			Message: "offer the WebSocket subprotocol herald.v1 (Sec-WebSocket-Protocol: herald.v1); this server speaks herald.v1"})
 		return
 	}
@@ -233,8 +202,8 @@ func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
 	}
 	f, err := wire.Decode(b, h.cfg.Session.MaxFrameBytes)
 	if err != nil {
-		var we *wire.Error
-		if !errors.As(err, &we) {
+		we, ok := wire.AsError(err)
+		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
 		t.closeWith(we, wire.CloseBadFrame)

@@ -1,4 +1,4 @@
-package wire
+package stream
 
 import (
 	"encoding/json"

@@ -1,7 +1,8 @@
-package wire
+package stream
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -71,7 +72,7 @@ func (p Position) AppendText(dst []byte) []byte {
 	case p.IsZero():
 		return dst
 	}
-	dst = appendLSN(dst, p.LSN)
+	dst = AppendLSN(dst, p.LSN)
 	if p.Idx != 0 {
 		dst = append(dst, '.')
 		dst = strconv.AppendUint(dst, uint64(p.Idx), 10)
@@ -116,19 +117,33 @@ func (p Position) MarshalJSON() ([]byte, error) { return p.AppendJSON(nil), nil 
 // UnmarshalJSON implements json.Unmarshaler. It accepts either JSON form, and a channel
 // position's text form as a string too.
 func (p *Position) UnmarshalJSON(b []byte) error {
-	if !validJSON(b, maxNesting) {
-		return fmt.Errorf("position: not valid JSON")
-	}
 	b = bytes.TrimSpace(b)
-	if string(b) == "null" {
+	switch {
+	case string(b) == "null":
 		*p = Position{}
 		return nil
+	case len(b) > 0 && b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("position: %w", err)
+		}
+		v, err := ParsePosition(s)
+		if err != nil {
+			return err
+		}
+		*p = v
+		return nil
 	}
-	v, err := positionValue(b, "position")
-	if err != nil {
-		return err
+	var obj struct {
+		Epoch  *string `json:"epoch"`
+		Offset *uint64 `json:"offset"`
 	}
-	*p = v
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&obj); err != nil || obj.Epoch == nil || obj.Offset == nil || !ValidEpoch(*obj.Epoch) {
+		return fmt.Errorf(`position: want a string like "16/B374D848" or an object like {"epoch":"k7Hq2x","offset":42}`)
+	}
+	*p = ChannelPosition(*obj.Epoch, *obj.Offset)
 	return nil
 }
 
@@ -147,7 +162,7 @@ func ParsePosition(s string) (Position, error) {
 		}
 		p := Position{LSN: lsn}
 		if hasIdx {
-			n, ok := parseDecimal(idxText, 1<<32-1)
+			n, ok := ParseDecimal(idxText, 1<<32-1)
 			if !ok || n == 0 {
 				return Position{}, positionError(s)
 			}
@@ -156,17 +171,22 @@ func ParsePosition(s string) (Position, error) {
 		return p, nil
 	}
 	epoch, off, ok := strings.Cut(s, ":")
-	if !ok || !validEpoch(epoch) {
+	if !ok || !ValidEpoch(epoch) {
 		return Position{}, positionError(s)
 	}
-	n, ok := parseDecimal(off, 1<<64-1)
+	n, ok := ParseDecimal(off, 1<<64-1)
 	if !ok {
 		return Position{}, positionError(s)
 	}
 	return Position{Epoch: epoch, Offset: n}, nil
 }
 
-func positionError(s string) error { return &positionSyntaxError{text: short(s)} }
+func positionError(s string) error {
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return &positionSyntaxError{text: s}
+}
 
 type positionSyntaxError struct{ text string }
 
@@ -177,8 +197,8 @@ func (e *positionSyntaxError) Error() string {
 
 func (e *positionSyntaxError) Unwrap() error { return errPositionSyntax }
 
-// validEpoch reports whether s is 1 to MaxEpochBytes bytes of A-Z a-z 0-9 and "._~-".
-func validEpoch(s string) bool {
+// ValidEpoch reports whether s is 1 to MaxEpochBytes bytes of A-Z a-z 0-9 and "._~-".
+func ValidEpoch(s string) bool {
 	if len(s) == 0 || len(s) > MaxEpochBytes {
 		return false
 	}
@@ -194,9 +214,9 @@ func validEpoch(s string) bool {
 	return true
 }
 
-// parseDecimal reads s as a decimal number no larger than max: digits only, no sign and no
+// ParseDecimal reads s as a decimal number no larger than max: digits only, no sign and no
 // leading zero, so every number has exactly one text form.
-func parseDecimal(s string, max uint64) (uint64, bool) {
+func ParseDecimal(s string, max uint64) (uint64, bool) {
 	if s == "" || len(s) > 20 || (len(s) > 1 && s[0] == '0') {
 		return 0, false
 	}
@@ -214,9 +234,9 @@ func parseDecimal(s string, max uint64) (uint64, bool) {
 
 const upperHex = "0123456789ABCDEF"
 
-// appendLSN appends l as Postgres prints it (16/B374D848) without change.LSN.String's
+// AppendLSN appends l as Postgres prints it (16/B374D848) without change.LSN.String's
 // allocation: it runs once per change body.
-func appendLSN(dst []byte, l change.LSN) []byte {
+func AppendLSN(dst []byte, l change.LSN) []byte {
 	dst = appendHex32(dst, uint32(l>>32))
 	dst = append(dst, '/')
 	return appendHex32(dst, uint32(l))

@@ -1,0 +1,41 @@
+package session
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// What the transports share, declared here so that neither imports the other.
+
+// Authenticator turns a token ("" for none) into an identity.
+type Authenticator interface {
+	Authenticate(token string) (auth.Identity, error)
+}
+
+// Registry admits and tracks sessions: the server's connection limit and its list of live
+// sessions for shutdown.
+type Registry interface {
+	// Admit reserves a connection slot; ok is false when the node is full.
+	Admit() (release func(), ok bool)
+	// Track records a live session until untrack is called. A session tracked once the node
+	// is stopping is closed at once.
+	Track(s *Session) (untrack func())
+	// Stopping is closed when the node begins to shut down and closes its sessions. A
+	// connection with no session yet (before connect) watches it to close alike.
+	Stopping() <-chan struct{}
+}
+
+// WriteHTTPError answers an HTTP request with e as an error frame and its status: a refused
+// upgrade, a refused SSE stream or command, a refused publish.
+func WriteHTTPError(w http.ResponseWriter, e *wire.Error) {
+	b, err := wire.AppendFrame(nil, e)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"type": "error", "code": string(wire.CodeInternal)})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.StatusCode())
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,48 @@
+package wire
+
+import "github.com/heraldrt/herald/internal/stream"
+
+// Codec is protocol v1 as a connection's codec: it turns the stream's items into herald.v1
+// data frames. A data frame is the subscription's head, then the item's body, which is encoded
+// once per item and shared by every connection that speaks v1.
+type Codec struct{}
+
+// CodecSlot is v1's place in stream.Item's cache of encodings.
+const CodecSlot = 0
+
+// Slot is v1's place in stream.Item's cache of encodings.
+func (Codec) Slot() int { return CodecSlot }
+
+// Head is the head of subscription sub's data frames: change frames for a table subscription,
+// message frames for a channel one.
+func (Codec) Head(sub string, table bool) []byte {
+	if table {
+		return AppendDataHead(nil, FrameChange, sub)
+	}
+	return AppendDataHead(nil, FrameMessage, sub)
+}
+
+// Body encodes a change's or a message's shared body; a gap has none (see Gap).
+func (Codec) Body(it *stream.Item) []byte {
+	switch {
+	case it.Change != nil:
+		c := changeOf(it.Change)
+		return AppendChangeBody(nil, &c)
+	case it.Message != nil:
+		m := it.Message
+		// Room for the position, the keys and the names, so the body is one allocation.
+		const overhead = len(`"pos":{"epoch":"","offset":},"channel":"","event":"","data":}`) + 20
+		return AppendMessageBody(make([]byte, 0, overhead+len(m.Pos.Epoch)+len(m.Channel)+len(m.Event)+len(m.Data)),
+			&Message{Pos: m.Pos, Channel: m.Channel, Event: m.Event, Data: m.Data})
+	}
+	return nil
+}
+
+// Gap appends the resync frame that tells subscription sub about g.
+func (Codec) Gap(dst []byte, sub string, g *stream.Gap) []byte { return AppendGap(dst, sub, g) }
+
+// changeOf is the frame of a change view, without its sub.
+func changeOf(v *stream.Change) Change {
+	return Change{LSN: v.LSN, Idx: v.Idx, Op: v.Op, Table: v.Table, Row: v.Row, Old: v.Old, OldKeyOnly: v.OldKeyOnly,
+		Omitted: v.Omitted, CommitTime: v.CommitTime, TxID: v.TxID, WriteTag: v.WriteTag}
+}
