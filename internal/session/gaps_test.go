@@ -1,0 +1,126 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/stream"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// recordingTransport keeps every frame written.
+type recordingTransport struct {
+	mu     sync.Mutex
+	frames []map[string]any
+}
+
+func (r *recordingTransport) Write(_ context.Context, items []delivery.Item) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, it := range items {
+		var m map[string]any
+		if err := json.Unmarshal(append(append([]byte(nil), it.Head...), it.Body...), &m); err != nil {
+			return err
+		}
+		r.frames = append(r.frames, m)
+	}
+	return nil
+}
+
+func (r *recordingTransport) Close(wire.CloseCode, string) {}
+
+func (r *recordingTransport) resyncs() []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]any
+	for _, f := range r.frames {
+		if f["type"] == "resync" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// headChannels answers every exact subscription with head e:9.
+type headChannels struct{ fakeChannels }
+
+func (headChannels) Subscribe(_ stream.Receiver, _, pattern, _ string) (wire.Position, func(), error) {
+	if strings.Contains(pattern, "*") {
+		return wire.Position{}, func() {}, nil
+	}
+	return wire.ChannelPosition("e", 9), func() {}, nil
+}
+
+func msg(offset uint64, data string) *stream.Item {
+	return stream.NewMessage(&stream.Message{Pos: stream.ChannelPosition("e", offset), Channel: "c", Data: json.RawMessage(data)})
+}
+
+func gapItem(reason stream.Reason) *stream.Item {
+	return stream.NewGap(&stream.Gap{First: stream.ChannelPosition("e", 10), Last: stream.ChannelPosition("e", 12), Reason: reason})
+}
+
+// TestEveryGapTakesOnePath enumerates the sources of a gap: the lanes' own (a full lane, an
+// item too large for the lane), the producers' (a transaction too large to hold, a change
+// whose effect could not be told, a rule that failed, a hop upstream that lost items) and a
+// resume the history cannot serve. Each ends as exactly one marker of the lanes (the path
+// delivery.Lanes.Gap documents), written as one resync with its reason.
+func TestEveryGapTakesOnePath(t *testing.T) {
+	tests := []struct {
+		reason stream.Reason
+		lanes  delivery.Config
+		from   wire.Position // for a resume
+		push   []*stream.Item
+	}{
+		{reason: stream.ReasonLaneFull, lanes: delivery.Config{MaxDataFrames: 1}, push: []*stream.Item{msg(10, "1"), msg(11, "1"), msg(12, "1")}},
+		{reason: stream.ReasonTooLarge, lanes: delivery.Config{MaxDataBytes: 256}, push: []*stream.Item{msg(10, `"`+strings.Repeat("x", 512)+`"`)}},
+		{reason: stream.ReasonTransactionTooLarge, push: []*stream.Item{gapItem(stream.ReasonTransactionTooLarge)}},
+		{reason: stream.ReasonIncompleteImage, push: []*stream.Item{gapItem(stream.ReasonIncompleteImage)}},
+		{reason: stream.ReasonPolicyError, push: []*stream.Item{gapItem(stream.ReasonPolicyError)}},
+		{reason: stream.ReasonUpstreamGap, push: []*stream.Item{gapItem(stream.ReasonUpstreamGap)}},
+		{reason: stream.ReasonHistoryExpired, from: wire.ChannelPosition("e", 4)},
+		{reason: stream.ReasonStreamReset, from: wire.ChannelPosition("old", 4)},
+	}
+	covered := map[stream.Reason]bool{}
+	for _, tt := range tests {
+		covered[tt.reason] = true
+		t.Run(string(tt.reason), func(t *testing.T) {
+			rec := &recordingTransport{}
+			s, err := New(Config{Lanes: tt.lanes}, Deps{Channels: headChannels{}}, rec, auth.Identity{Subject: "u"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if we := s.Subscribe(&wire.Subscribe{ID: "1", Sub: "s", Channel: "c", From: tt.from}); we != nil {
+				t.Fatal(we)
+			}
+			for _, it := range tt.push {
+				s.Push("s", it)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			deadline := time.Now().Add(5 * time.Second)
+			for len(rec.resyncs()) == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			got := rec.resyncs()
+			if len(got) != 1 || got[0]["reason"] != string(tt.reason) || got[0]["sub"] != "s" {
+				t.Fatalf("resyncs %v, want one for s with reason %s", got, tt.reason)
+			}
+			if st := s.Stats(); st.MarkersEmitted != 1 {
+				t.Errorf("markers emitted %d, want 1: the gap did not take the lanes' path", st.MarkersEmitted)
+			}
+		})
+	}
+	for _, r := range stream.Reasons() {
+		if !covered[r] {
+			t.Errorf("gap reason %s has no source in this test", r)
+		}
+	}
+}
