@@ -60,15 +60,9 @@ func Errorf(c Code, format string, args ...any) *Error {
 	return &Error{Code: c, Message: fmt.Sprintf(format, args...)}
 }
 
+// Error reads as a fault.Error with the same code, field and message does.
 func (e *Error) Error() string {
-	s := string(e.Code)
-	if e.Field != "" {
-		s += " (" + e.Field + ")"
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
+	return (&fault.Error{Code: e.Code, Field: e.Field, Message: e.Message}).Error()
 }
 
 // Unwrap returns the underlying cause.
