@@ -18,10 +18,12 @@ import (
 	"github.com/coder/websocket"
 )
 
-// serveProc is a running `herald serve` under an open-file limit, channels only.
+// serveProc is a running `herald serve` under an open-file limit.
 type serveProc struct {
 	addr, admin string
 	stderr      *lockedBuffer
+	cmd         *exec.Cmd
+	done        chan error // cmd.Wait's result, put back by whoever takes it
 }
 
 var servingRE = regexp.MustCompile(`msg="?serving"? addr=(\S+)`)
@@ -39,6 +41,7 @@ func startServe(t *testing.T, nofile int, env ...string) *serveProc {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	p.cmd, p.done = cmd, done
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -67,6 +70,16 @@ func startServe(t *testing.T, nofile int, env ...string) *serveProc {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return p
+}
+
+// kill ends the node with SIGKILL, as a crash would: no goodbye to Postgres or to clients.
+func (p *serveProc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err := <-p.done
+	p.done <- err
 }
 
 // dialWS connects and sends connect; it returns the first frame, or how the connection was

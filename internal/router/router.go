@@ -213,6 +213,15 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server; streamed tables: %s (changefeed.tables)", req.Table, r.tableList())}
 	}
+	// Before the catalog too: until the stream is live the changefeed may not have created its
+	// publication yet, and a table it is about to stream would read as unknown, a refusal a
+	// client does not retry.
+	r.mu.RLock()
+	live := r.live
+	r.mu.RUnlock()
+	if !live {
+		return Subscription{}, nil, errNotLive()
+	}
 	info, err := r.schema.Table(ctx, table)
 	if err != nil {
 		return Subscription{}, nil, err
@@ -260,10 +269,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	r.mu.Lock()
 	if !r.live {
 		r.mu.Unlock()
-		// Until the stream is live there is no position a subscription could honestly start
-		// after: a resume could not be checked, nor a later change be promised.
-		return Subscription{}, nil, &fault.Error{Code: fault.CodeUnavailable,
-			Message: "the change stream is not live yet (the replication stream is starting); retry with backoff"}
+		return Subscription{}, nil, errNotLive()
 	}
 	t := r.tables[table]
 	if t == nil {
@@ -284,6 +290,13 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 			r.mu.Unlock()
 		})
 	}, nil
+}
+
+// errNotLive refuses a subscription until the stream is live: there is no position it could
+// honestly start after, so a resume could not be checked, nor a later change be promised.
+func errNotLive() error {
+	return &fault.Error{Code: fault.CodeUnavailable,
+		Message: "the change stream is not live yet (the replication stream is starting); retry with backoff"}
 }
 
 func (r *Router) tableList() string {

@@ -232,13 +232,25 @@ func TestUnsubscribeStopsDelivery(t *testing.T) {
 }
 
 func TestSubscribeBeforeTheStreamIsLiveIsUnavailable(t *testing.T) {
-	r, err := New(Config{Schema: schema, Bus: bus.NewMemory()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "s", Target: newRecorder()})
-	if wire.CodeOf(err) != wire.CodeUnavailable {
-		t.Fatalf("subscribe before the stream is live: %v, want unavailable", err)
+	for _, tt := range []struct {
+		name   string
+		schema Schema
+	}{
+		{"a published table", schema},
+		// On a first start the changefeed creates its publication before the stream goes
+		// live: until then the catalog says no table is published.
+		{"no publication yet", fakeSchema{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := New(Config{Schema: tt.schema, Bus: bus.NewMemory()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "s", Target: newRecorder()})
+			if wire.CodeOf(err) != wire.CodeUnavailable {
+				t.Fatalf("subscribe before the stream is live: %v, want unavailable", err)
+			}
+		})
 	}
 }
 
