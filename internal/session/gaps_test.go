@@ -124,3 +124,28 @@ func TestEveryGapTakesOnePath(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingBufferIsBounded: items delivered while a subscribe is still being answered wait
+// for its subscribed, but at most the data lane's frame bound of them; the rest become one gap
+// after them, never unbounded memory.
+func TestPendingBufferIsBounded(t *testing.T) {
+	rec := &recordingTransport{}
+	s, err := New(Config{Lanes: delivery.Config{MaxDataFrames: 4}}, Deps{}, rec, auth.Identity{Subject: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	su := &subscription{sub: "s", key: "s\x001", head: s.cfg.Codec.Head("s", false), pending: true, unsubscribe: func() {}}
+	s.subs["s"] = su
+	s.mu.Unlock()
+	for i := range 100 {
+		s.Push("s", msg(uint64(i+1), "1"))
+	}
+	s.mu.Lock()
+	buffered, overflow := len(su.buffered), su.overflow
+	s.mu.Unlock()
+	if buffered != 4 || overflow == nil || overflow.first != "e:5" || overflow.last != "e:100" || overflow.count != 96 {
+		t.Fatalf("buffered %d, overflow %+v; want 4 buffered and a gap e:5..e:100 of 96", buffered, overflow)
+	}
+	s.Abort()
+}

@@ -177,7 +177,10 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	for _, it := range su.buffered {
 		s.push(su.key, su.head, it)
 	}
-	su.buffered, su.pending = nil, false
+	if g := su.overflow; g != nil {
+		s.lanes.Gap(su.key, g.first, g.last, g.count, stream.ReasonLaneFull)
+	}
+	su.buffered, su.overflow, su.pending = nil, nil, false
 	return nil
 }
 

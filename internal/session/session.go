@@ -118,7 +118,11 @@ func (c Config) withDefaults() Config {
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 2 * time.Second
 	}
-	// Explicit, so the room a request's replies need can be measured against them.
+	// Explicit, so the room a request's replies need, and a pending subscription's buffer, can
+	// be measured against them.
+	if c.Lanes.MaxDataFrames == 0 {
+		c.Lanes.MaxDataFrames = delivery.DefaultMaxDataFrames
+	}
 	if c.Lanes.MaxControlFrames == 0 {
 		c.Lanes.MaxControlFrames = delivery.DefaultMaxControlFrames
 	}
@@ -200,6 +204,15 @@ type subscription struct {
 	// Both guarded by the session's mu.
 	pending  bool
 	buffered []*stream.Item
+	// overflow is the gap of items delivered while pending past the bound on buffered (the
+	// data lane's frame bound): they join it, and it is marked right after the buffered items.
+	overflow *pendingGap
+}
+
+// pendingGap is a range of items a pending subscription could not buffer.
+type pendingGap struct {
+	first, last string
+	count       uint64 // 0 when unknown
 }
 
 // New returns a session for an identity the transport has verified.
@@ -340,13 +353,40 @@ func (s *Session) Push(sub string, it *stream.Item) {
 		return // unsubscribed while the producer was delivering
 	}
 	if su.pending {
-		su.buffered = append(su.buffered, it)
+		su.buffer(it, s.cfg.Lanes.MaxDataFrames)
 		s.mu.Unlock()
 		return
 	}
 	key, head := su.key, su.head
 	s.mu.Unlock()
 	s.push(key, head, it)
+}
+
+// buffer keeps it until the subscription's subscribed is queued, at most max items: past
+// them the items join one gap, so a producer that delivers faster than a subscribe completes
+// cannot grow the session without bound. The caller holds the session's mu.
+func (su *subscription) buffer(it *stream.Item, max int) {
+	if su.overflow == nil && len(su.buffered) < max {
+		su.buffered = append(su.buffered, it)
+		return
+	}
+	first, count := it.PosText(), uint64(1)
+	if g := it.Gap; g != nil {
+		first, count = g.First.String(), g.Lost
+		if g.First.IsZero() {
+			first = ""
+		}
+	}
+	if su.overflow == nil {
+		su.overflow = &pendingGap{first: first, last: it.PosText(), count: count}
+		return
+	}
+	su.overflow.last = it.PosText()
+	if su.overflow.count != 0 && count != 0 {
+		su.overflow.count += count
+	} else {
+		su.overflow.count = 0
+	}
 }
 
 // push queues it on the lanes under key.
