@@ -126,7 +126,7 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 		err         error
 	)
 	if f.Table != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(s.life, 10*time.Second)
 		var ts TableSubscription
 		ts, err = s.deps.Tables.Subscribe(ctx, s, f)
 		head, key, unsubscribe = ts.Head, ts.Key, ts.Unsubscribe

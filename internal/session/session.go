@@ -179,7 +179,11 @@ type Session struct {
 	expiry   *time.Timer              // guarded by mu: sends expiring, then closes; stopped by finish and Abort
 	closed   bool                     // guarded by mu: no subscription may be added
 
-	gen          uint64        // guarded by mu: subscriptions made, for lane keys
+	gen uint64 // guarded by mu: subscriptions made, for lane keys
+	// life ends when the session starts to close: what the session asks of others on the
+	// client's behalf (a subscribe's catalog lookup) is not worth finishing after that.
+	life         context.Context
+	endLife      context.CancelFunc
 	closing      chan struct{} // closed by the first Close or Lost
 	closeMu      sync.Mutex
 	closeStarted bool           // guarded by closeMu
@@ -234,6 +238,7 @@ func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error)
 		done:      make(chan struct{}),
 	}
 	s.log = cfg.Logger.With("session", s.id)
+	s.life, s.endLife = context.WithCancel(context.Background())
 	return s, nil
 }
 
@@ -422,6 +427,7 @@ func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
 	s.closeStarted, s.closeWeak = true, weak
 	s.closeCode, s.closeMsg = code, reason
 	close(s.closing)
+	s.endLife()
 	// A writer blocked on a client that stopped reading would hold the close forever.
 	time.AfterFunc(s.cfg.CloseGrace, func() {
 		select {
