@@ -43,15 +43,15 @@ func TestImportRulesCatchViolations(t *testing.T) {
 		module + "/internal/router":              {"github.com/jackc/pglogrepl", "github.com/golang-jwt/jwt/v5", "github.com/redis/rueidis", module + "/internal/wire", module + "/internal/session"},
 		module + "/internal/channel":             {module + "/internal/wire", module + "/internal/bus"},
 		module + "/internal/filter":              {module + "/internal/changefeed/pgvalue"},
-		module + "/internal/transport/sse":       {module + "/internal/transport/websocket"},
+		module + "/internal/transport/sse":       {module + "/internal/transport/websocket", "github.com/gobwas/ws"},
 		module + "/internal/delivery":            {module + "/internal/wire"},
 		module + "/internal/stream":              {module + "/internal/wire", "net"},
 		module + "/internal/changefeed":          {"github.com/jackc/pglogrepl"},
 		module + "/internal/store/redis":         {"github.com/redis/rueidis"},
 		module + "/internal/session":             {module + "/internal/router"},
-		module + "/internal/transport/websocket": {module + "/internal/server"},
+		module + "/internal/transport/websocket": {module + "/internal/server", "github.com/gobwas/ws"},
 	}
-	want := 17
+	want := 18
 	if got := len(violations(bad)); got != want {
 		t.Errorf("violations found %d, want %d: %v", got, want, violations(bad))
 	}
@@ -109,6 +109,8 @@ func violations(all map[string][]string) []string {
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/auth verifies tokens", rel, d))
 			case strings.HasPrefix(d, "github.com/redis/") && rel != "internal/store/redis":
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/store/redis talks to Redis", rel, d))
+			case strings.HasPrefix(d, "github.com/gobwas/") && rel != "internal/transport/websocket":
+				out = append(out, fmt.Sprintf("%s imports %s: only internal/transport/websocket frames the server's WebSocket", rel, d))
 			case own && producers[rel] && (drel == "internal/wire" || drel == "internal/session" || strings.HasPrefix(drel, "internal/transport")):
 				out = append(out, fmt.Sprintf("%s imports %s: a producer hands stream items on and knows no protocol or session", rel, d))
 			case own && strings.HasPrefix(rel, "internal/transport/") && strings.HasPrefix(drel, "internal/transport/") && rel != drel:

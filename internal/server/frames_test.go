@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/testenv"
+	"github.com/heraldrt/herald/internal/wire"
 )
 
 // TestJSONColumnWithLineBreaksIsOneSSELine: a json column stores its text verbatim, line breaks
@@ -314,4 +316,93 @@ func TestWebSocketProtocolViolationsClose(t *testing.T) {
 		c := dial(t, start(t, cfg))
 		c.expectCloseWith(4002, "connect_timeout")
 	})
+}
+
+// rawFrame encodes one client frame by hand, for what no client library sends: an unmasked
+// frame, reserved bits, a fragment. Masked frames use a zero key, which leaves the payload as
+// it is.
+func rawFrame(fin bool, op byte, masked bool, payload string) []byte {
+	b0 := op
+	if fin {
+		b0 |= 0x80
+	}
+	f := clientFrame(nil, op, []byte(payload))
+	f[0] = b0
+	if !masked {
+		// Drop the mask bit and the four key bytes after the length.
+		f[1] &^= 0x80
+		n := 2
+		switch f[1] & 0x7F {
+		case 126:
+			n = 4
+		case 127:
+			n = 10
+		}
+		f = append(f[:n], f[n+4:]...)
+	}
+	return f
+}
+
+// TestWebSocketFraming: fragmented messages and the control frames between them are read as
+// RFC 6455 says, and a frame it forbids is answered like the other violations the connection
+// cannot survive: an error bad_frame, then close 4500.
+func TestWebSocketFraming(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Session.MaxFrameBytes = 1024
+	r := start(t, cfg)
+	t.Run("fragments with a ping between them", func(t *testing.T) {
+		rc := connectRaw(t, r)
+		rc.write(bytes.Join([][]byte{
+			rawFrame(false, opText, true, `{"type":"ping",`),
+			rawFrame(true, opPing, true, "are you there"),
+			rawFrame(false, 0x0, true, `"id":`),
+			rawFrame(true, 0x0, true, `"frag"}`),
+		}, nil))
+		op, p, err := rc.readFrame(5 * time.Second)
+		if err != nil || op != opPong || string(p) != "are you there" {
+			t.Fatalf("read %#x %q %v, want the pong to the ping", op, p, err)
+		}
+		if m := rc.expect("pong"); m["id"] != "frag" {
+			t.Errorf("pong %v, want id frag", m)
+		}
+	})
+	t.Run("fragments over max_frame_bytes together", func(t *testing.T) {
+		rc := connectRaw(t, r)
+		rc.write(rawFrame(false, opText, true, `{"type":"ping","id":"p","pad":"`+strings.Repeat("a", 1000)))
+		rc.write(rawFrame(true, 0x0, true, strings.Repeat("a", 100)+`"}`))
+		rc.expectErrorThenClose("frame_too_large", int(wire.CloseFrameTooLarge))
+	})
+	for _, tt := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"an unmasked frame", rawFrame(true, opText, false, `{"type":"ping","id":"p"}`)},
+		{"reserved bits", func() []byte { f := rawFrame(true, opText, true, `{}`); f[0] |= 0x40; return f }()},
+		{"a reserved opcode", rawFrame(true, 0x3, true, `{}`)},
+		{"a continuation with nothing to continue", rawFrame(true, 0x0, true, `{}`)},
+		{"a fragmented ping", rawFrame(false, opPing, true, "p")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rc := connectRaw(t, r)
+			rc.write(tt.frame)
+			rc.expectErrorThenClose("bad_frame", int(wire.CloseBadFrame))
+		})
+	}
+}
+
+// expectErrorThenClose reads an error frame with code, then a close frame with close code
+// want and a reason in Herald's form, and completes the close handshake.
+func (rc *rawConn) expectErrorThenClose(code string, want int) {
+	rc.t.Helper()
+	if m := rc.expect("error"); m["code"] != code {
+		rc.t.Fatalf("error %v, want code %s", m, code)
+	}
+	op, p, err := rc.readFrame(5 * time.Second)
+	if err != nil || op != opClose {
+		rc.t.Fatalf("read %#x %q %v, want a close frame", op, p, err)
+	}
+	if got, reason := closeCode(p), string(p[2:]); got != want || !strings.HasPrefix(reason, wire.CloseCode(want).String()+": ") {
+		rc.t.Fatalf("closed with %d %q, want %d and a reason in Herald's form", got, reason, want)
+	}
+	rc.write(clientFrame(nil, opClose, p[:2]))
 }

@@ -20,7 +20,7 @@ type recordingTransport struct {
 	frames []map[string]any
 }
 
-func (r *recordingTransport) Write(_ context.Context, items []delivery.Item) error {
+func (r *recordingTransport) Write(_ time.Time, items []delivery.Item) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, it := range items {

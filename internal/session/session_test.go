@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -34,12 +35,14 @@ func newGated() *gatedTransport {
 	return &gatedTransport{started: make(chan struct{}, 64), gate: make(chan struct{}), closed: make(chan struct{})}
 }
 
-func (g *gatedTransport) Write(ctx context.Context, items []delivery.Item) error {
+func (g *gatedTransport) Write(deadline time.Time, items []delivery.Item) error {
 	g.started <- struct{}{}
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
 	select {
 	case <-g.gate:
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-timeout.C:
+		return os.ErrDeadlineExceeded
 	case <-g.closed:
 		return context.Canceled
 	}

@@ -142,7 +142,8 @@ const (
 	// CloseAuthFailed (4101): the token was missing or did not verify.
 	CloseAuthFailed CloseCode = 4101
 	// CloseBadFrame (4500): a protocol violation the connection cannot survive: a first frame
-	// that is not connect, a binary message, text that is not UTF-8.
+	// that is not connect, a binary message, text that is not UTF-8, a WebSocket frame RFC 6455
+	// forbids.
 	CloseBadFrame CloseCode = 4500
 	// ClosePolicy (4501): policy no longer admits this identity (revoked, banned, a connect
 	// rule said no).

@@ -263,12 +263,10 @@ type transport struct {
 
 var _ session.Transport = (*transport)(nil)
 
-func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
+func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = t.rc.SetWriteDeadline(dl)
-	}
+	_ = t.rc.SetWriteDeadline(deadline)
 	b := t.buf[:0]
 	for i := range items {
 		it := &items[i]

@@ -3,6 +3,11 @@
 // reader goroutine feeds the session's frames, the session's writer writes through Transport,
 // and a pinger checks the client is alive.
 //
+// The framing is this package's own (conn.go), on github.com/gobwas/ws's frame codec and
+// upgrade: the session's writer hands over a batch of frames, and they go out as one text
+// message each through one pooled buffer, flushed once, under one write deadline. A batch of
+// small messages is one write(2). A connection holds no buffer while it is idle.
+//
 // Every goroutine a connection starts ends before ServeHTTP returns.
 package websocket
 
@@ -10,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -18,14 +22,21 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/coder/websocket"
-	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/gobwas/ws"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
 // Subprotocol is the WebSocket subprotocol of protocol v1.
 const Subprotocol = "herald.v1"
+
+// upgrader answers the upgrade. ServeHTTP has checked that herald.v1 is offered. No extension
+// is negotiated: per-message compression would compress each connection's copy of a frame
+// that fan-out encodes once for all of them.
+var upgrader = ws.HTTPUpgrader{
+	Timeout:  10 * time.Second,
+	Protocol: func(p string) bool { return p == Subprotocol },
+}
 
 // Config configures the handler. The zero value of each field means its default.
 type Config struct {
@@ -101,22 +112,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Auth is by token, never by cookie, so a page on another origin gains nothing a token
 	// would not already give it: every origin may connect.
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true})
+	nc, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
-		return // Accept has answered the request
+		if nc != nil {
+			_ = nc.Close() // Upgrade has answered the request
+		}
+		return
 	}
-	t := &transport{c: c}
+	t := newConn(nc, rw.Reader)
 	defer t.Close(wire.CloseNormal, "")
 	if !admitted {
 		t.closeWith(&wire.Error{Code: wire.CodeTooManyConnections,
 			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"}, wire.CloseTooManyConnections)
 		return
 	}
-	// readFrame enforces the frame limit itself; the library's, one byte above it, never fires
-	// first. It would close with its own reason text and no error frame.
-	c.SetReadLimit(int64(h.cfg.Session.MaxFrameBytes) + 1)
 	// Until its session is tracked the server's shutdown cannot reach this connection, and
-	// would end it by cutting the handshake's Read, with no close frame: watch for it here.
+	// would end it by cutting the handshake's read, with no close frame: watch for it here.
 	unwatch := h.closeOnStopping(t)
 	defer unwatch()
 
@@ -153,16 +164,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	go func() {
 		defer wg.Done()
-		h.ping(s, c)
+		h.ping(s, t)
 	}()
-	h.read(s, c)
+	h.read(s, t)
 	s.Lost("connection closed")
 	wg.Wait()
 }
 
 // closeOnStopping closes t with 1012 if the node begins to stop before the returned function
 // is called. That function waits for the watch to end and may be called more than once.
-func (h *Handler) closeOnStopping(t *transport) (unwatch func()) {
+func (h *Handler) closeOnStopping(t *conn) (unwatch func()) {
 	done := make(chan struct{})
 	ended := make(chan struct{})
 	go func() {
@@ -181,23 +192,21 @@ func (h *Handler) closeOnStopping(t *transport) (unwatch func()) {
 }
 
 // readConnect reads the first frame, which must be connect, within the connect deadline. The
-// deadline is a timer that closes the connection with its own code, not a context on Read: a
-// Read whose context ends drops the connection without a close frame.
-func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
+// deadline is a timer that closes the connection with its own code, not a deadline on the
+// read: a read cut by its deadline ends the connection without a close frame.
+func (h *Handler) readConnect(t *conn) (*wire.Connect, bool) {
 	timer := time.AfterFunc(h.cfg.ConnectTimeout, func() {
 		t.Close(wire.CloseConnectTimeout, "no connect frame within "+h.cfg.ConnectTimeout.String())
 	})
 	defer timer.Stop()
-	typ, b, err := h.readFrame(t.c)
-	if errors.Is(err, errFrameTooLarge) {
-		t.closeWith(h.tooLarge(), wire.CloseFrameTooLarge)
-		return nil, false
+	op, b, err := t.readMessage(h.cfg.Session.MaxFrameBytes)
+	if err == nil {
+		err = checkText(op, b)
 	}
 	if err != nil {
-		return nil, false
-	}
-	if typ != websocket.MessageText {
-		t.closeWith(&wire.Error{Code: wire.CodeBadFrame, Message: "frames are JSON text messages; a binary message is a protocol violation"}, wire.CloseBadFrame)
+		if e, code, ok := h.readError(err); ok {
+			t.closeWith(e, code)
+		}
 		return nil, false
 	}
 	f, err := wire.Decode(b, h.cfg.Session.MaxFrameBytes)
@@ -222,30 +231,22 @@ func (h *Handler) readConnect(t *transport) (*wire.Connect, bool) {
 }
 
 // read feeds the client's frames to the session until the connection ends. The session's
-// close ends it: the transport's close handshake makes Read return. Read is never given a
-// context that ends first, which would drop the connection without its close frame.
+// close ends it: the close handshake's read deadline, or the client's close frame, ends the
+// read in progress.
 //
 // Before it hands over a frame it waits for room for the replies, so a client that pipelines
 // requests faster than it reads the replies is read more slowly: TCP holds back its writes,
 // rather than the control lane overflowing and the session closing.
-func (h *Handler) read(s *session.Session, c *websocket.Conn) {
+func (h *Handler) read(s *session.Session, t *conn) {
 	for {
-		typ, b, err := h.readFrame(c)
-		if errors.Is(err, errFrameTooLarge) {
-			s.Fail(h.tooLarge(), wire.CloseFrameTooLarge)
-			return
+		op, b, err := t.readMessage(h.cfg.Session.MaxFrameBytes)
+		if err == nil {
+			err = checkText(op, b)
 		}
 		if err != nil {
-			return
-		}
-		if typ != websocket.MessageText {
-			s.Fail(&wire.Error{Code: wire.CodeBadFrame, Message: "frames are JSON text messages; a binary message is a protocol violation"}, wire.CloseBadFrame)
-			return
-		}
-		// A text message must be UTF-8 (RFC 6455); one that is not is a broken client, not a
-		// malformed request to answer and go on from.
-		if !utf8.Valid(b) {
-			s.Fail(&wire.Error{Code: wire.CodeBadFrame, Message: "a text message that is not UTF-8 is a protocol violation; send frames as UTF-8 JSON"}, wire.CloseBadFrame)
+			if e, code, ok := h.readError(err); ok {
+				s.Fail(e, code)
+			}
 			return
 		}
 		if !s.AwaitReplyRoom(h.base) {
@@ -255,27 +256,39 @@ func (h *Handler) read(s *session.Session, c *websocket.Conn) {
 	}
 }
 
-// errFrameTooLarge: a client's message is longer than the frame limit.
-var errFrameTooLarge = errors.New("message longer than max_frame_bytes")
+// errBinary and errNotUTF8: a message that is not a frame, and cannot be answered as one.
+var (
+	errBinary  = errors.New("binary message")
+	errNotUTF8 = errors.New("text message that is not UTF-8")
+)
 
-// readFrame reads one message of at most the frame limit, or fails with errFrameTooLarge once
-// it has read one byte more; the rest of that message is left to the close handshake to
-// discard. The limit is Herald's own, not the library's, so that the client learns of it with
-// an error frame and a close reason in Herald's form.
-func (h *Handler) readFrame(c *websocket.Conn) (websocket.MessageType, []byte, error) {
-	typ, r, err := c.Reader(h.base)
-	if err != nil {
-		return 0, nil, err
+// checkText checks that a message is text, and UTF-8 (RFC 6455): one that is not is a broken
+// client, not a malformed request to answer and go on from.
+func checkText(op ws.OpCode, b []byte) error {
+	switch {
+	case op != ws.OpText:
+		return errBinary
+	case !utf8.Valid(b):
+		return errNotUTF8
 	}
-	limit := h.cfg.Session.MaxFrameBytes
-	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
-	if err != nil {
-		return 0, nil, err
+	return nil
+}
+
+// readError is the error frame and close code that answer a failed read, or ok false when
+// the connection has ended and there is no one to tell.
+func (h *Handler) readError(err error) (*wire.Error, wire.CloseCode, bool) {
+	var fe *framingError
+	switch {
+	case errors.Is(err, errFrameTooLarge):
+		return h.tooLarge(), wire.CloseFrameTooLarge, true
+	case errors.Is(err, errBinary):
+		return &wire.Error{Code: wire.CodeBadFrame, Message: "frames are JSON text messages; a binary message is a protocol violation"}, wire.CloseBadFrame, true
+	case errors.Is(err, errNotUTF8):
+		return &wire.Error{Code: wire.CodeBadFrame, Message: "a text message that is not UTF-8 is a protocol violation; send frames as UTF-8 JSON"}, wire.CloseBadFrame, true
+	case errors.As(err, &fe):
+		return &wire.Error{Code: wire.CodeBadFrame, Message: fe.Error() + " (RFC 6455); the client's WebSocket implementation is broken"}, wire.CloseBadFrame, true
 	}
-	if len(b) > limit {
-		return typ, nil, errFrameTooLarge
-	}
-	return typ, b, nil
+	return nil, 0, false
 }
 
 func (h *Handler) tooLarge() *wire.Error {
@@ -292,7 +305,7 @@ const maxMissedPongs = 2
 // ping checks liveness until the session ends, and closes it with ClosePingTimeout once
 // maxMissedPongs pings in a row went unanswered: a code whose reaction is to reconnect, since a
 // dead connection says nothing against the client.
-func (h *Handler) ping(s *session.Session, c *websocket.Conn) {
+func (h *Handler) ping(s *session.Session, c *conn) {
 	if awaitPongs(h.base, s.Done(), h.cfg.PingInterval, maxMissedPongs, c.Ping) {
 		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
 	}
@@ -327,45 +340,4 @@ func awaitPongs(ctx context.Context, done <-chan struct{}, interval time.Duratio
 			return false
 		}
 	}
-}
-
-// transport writes frames as WebSocket text messages.
-type transport struct {
-	c       *websocket.Conn
-	once    sync.Once
-	scratch []byte // owned by the session's writer goroutine
-}
-
-var _ session.Transport = (*transport)(nil)
-
-func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
-	for i := range items {
-		// One frame per message: head and body are joined in a scratch buffer, since each Write
-		// on a message writer would be a frame of its own, with its own header and deadline.
-		msg := items[i].Body
-		if len(items[i].Head) > 0 {
-			t.scratch = append(append(t.scratch[:0], items[i].Head...), items[i].Body...)
-			msg = t.scratch
-		}
-		if err := t.c.Write(ctx, websocket.MessageText, msg); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (t *transport) Close(code wire.CloseCode, reason string) {
-	t.once.Do(func() {
-		_ = t.c.Close(websocket.StatusCode(code), wire.CloseReason(code, reason))
-	})
-}
-
-// closeWith sends an error frame, then closes: a client learns why before the close.
-func (t *transport) closeWith(e *wire.Error, code wire.CloseCode) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if b, err := wire.AppendFrame(nil, e); err == nil {
-		_ = t.c.Write(ctx, websocket.MessageText, b)
-	}
-	t.Close(code, e.Message)
 }
