@@ -10,8 +10,17 @@
 //   - producers (the channel hub, the table router) call Deliver, which never blocks;
 //   - the writer, Run, is the only goroutine that writes to the Transport.
 //
-// mu guards the identity and the subscription table. Deliver takes no lock of the session's: it
-// pushes onto the lanes, which have their own. Nothing is written to the network under mu.
+// The writer is the only goroutine a session runs: an idle session costs one parked goroutine.
+// What else it must do on time is done by timers whose callbacks are short and never write to
+// the Transport: the token's expiry (the expiring warning, then the close), the stall check,
+// armed by the lanes' OnStall as the data lane begins losing frames and not while it is not,
+// and the close's grace period. The first Close ends the writer's wait itself, by cancelling
+// the context the writer waits under, rather than a goroutine watching for it.
+//
+// mu guards the identity and the subscription table; stallMu guards the stall timer. Lock
+// order: mu, then stallMu (a new subscription's buffered frames are pushed under mu, and a push
+// may arm the timer); nothing takes mu while it holds stallMu. Deliver takes no lock of the session's: it pushes onto the lanes, which
+// have their own. Nothing is written to the network under mu.
 //
 // # Lifecycle
 //

@@ -1,8 +1,11 @@
 // Package websocket serves Herald's protocol over WebSocket: it upgrades the request, reads the
 // connect frame, verifies the token, and then runs one session per connection: this package's
-// reader goroutine feeds the session's frames, the session's writer writes through Transport,
-// and a pinger checks the client is alive.
+// reader goroutine (the request's own) feeds the session's frames, the session's writer writes
+// through Transport, and a pinger checks the client is alive.
 //
+// A live connection holds those two goroutines and nothing else while it is idle: the pinger is
+// a member of the handler's heartbeat wheel, which pings the connections due in the same tick
+// together, and each ping's wait for its pong is a goroutine that lives for that round trip.
 // Every goroutine a connection starts ends before ServeHTTP returns.
 package websocket
 
@@ -16,6 +19,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -23,6 +27,7 @@ import (
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -66,6 +71,7 @@ type Handler struct {
 	registry Registry
 	base     context.Context
 	log      *slog.Logger
+	pings    *heartbeat.Wheel // every connection's pinger
 }
 
 // New returns the WebSocket handler. base is the server's context: sessions run under it.
@@ -86,7 +92,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a Authenticator, r
 	if cfg.Session.Logger == nil {
 		cfg.Session.Logger = cfg.Logger
 	}
-	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger}
+	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger, pings: heartbeat.New(cfg.PingInterval)}
 }
 
 // offersV1 reports whether the upgrade offers our subprotocol.
@@ -176,19 +182,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	unwatch() // the server's shutdown closes the session from here on
 	s.Send(s.Welcome(connect.ID))
 
+	p := h.startPinger(s, c)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		s.Run(h.base)
 	}()
-	go func() {
-		defer wg.Done()
-		h.ping(s, c)
-	}()
 	h.read(s, c)
 	s.Lost("connection closed")
 	wg.Wait()
+	// After the writer: it has closed the connection, so a ping in flight fails at once, and
+	// stopping sooner would cut the pong wait of a connection still writing its close.
+	p.stop()
 }
 
 // closeOnStopping closes t with 1012 if the node begins to stop before the returned function
@@ -320,44 +326,87 @@ func (h *Handler) tooLarge() *wire.Error {
 // and docs/PROTOCOL.md (Liveness) state the same number.
 const maxMissedPongs = 2
 
-// ping checks liveness until the session ends, and closes it with ClosePingTimeout once
-// maxMissedPongs pings in a row went unanswered: a code whose reaction is to reconnect, since a
-// dead connection says nothing against the client.
-func (h *Handler) ping(s *session.Session, c *websocket.Conn) {
-	if awaitPongs(h.base, s.Done(), h.cfg.PingInterval, maxMissedPongs, c.Ping) {
+// startPinger pings c every PingInterval until it is stopped, and closes s with
+// ClosePingTimeout once maxMissedPongs pings in a row went unanswered: a code whose reaction is
+// to reconnect, since a dead connection says nothing against the client.
+func (h *Handler) startPinger(s *session.Session, c *websocket.Conn) *pinger {
+	p := newPinger(h.base, maxMissedPongs, c.Ping, func() {
 		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
-	}
+	})
+	p.member = h.pings.Add(p.beat)
+	return p
 }
 
-// awaitPongs calls ping every interval, giving each call until the next is due, and reports
-// true once maxMissed calls in a row ran out of time. It returns false when done is closed, ctx
-// ends, or a ping fails otherwise (the connection is gone, and its reader ends the session).
-func awaitPongs(ctx context.Context, done <-chan struct{}, interval time.Duration, maxMissed int, ping func(context.Context) error) bool {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	missed := 0
-	for {
-		select {
-		case <-done:
-			return false
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, interval)
-		err := ping(pctx)
-		cancel()
-		switch {
-		case err == nil:
-			missed = 0
-		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			if missed++; missed >= maxMissed {
-				return true
-			}
-		default:
-			return false
+// pinger is one connection's liveness check. Each beat, an interval after the one before, first
+// judges the ping the last beat sent, which had until now for its pong, then sends the next:
+// after maxMissed unanswered in a row it calls dead and pings no more. It stops pinging, without
+// calling dead, once ctx ends or a ping fails otherwise (the connection is gone, and its reader
+// ends the session).
+//
+// A ping waits for its pong in a goroutine of its own, so a beat never blocks its wheel; that
+// goroutine lives for the round trip. The wait has no deadline of its own (no timer per ping):
+// the next beat judges the ping whether or not its pong came, and the pings of a connection
+// that never answers end with the connection, which the second missed pong closes. Pings are
+// numbered, so a pong that comes after its ping was judged is not taken for the next's.
+type pinger struct {
+	ctx       context.Context
+	maxMissed int
+	ping      func(context.Context) error
+	dead      func()
+	member    *heartbeat.Member
+
+	// Owned by beat, which the wheel runs for one member at a time.
+	sent   uint64 // pings sent
+	missed int    // judged unanswered in a row
+	done   bool   // dead was called, or the pinging ended
+
+	answered atomic.Uint64  // the number of the latest ping answered
+	failed   atomic.Bool    // a ping failed otherwise than by running out of time
+	inFlight sync.WaitGroup // pings awaiting their pongs
+}
+
+func newPinger(ctx context.Context, maxMissed int, ping func(context.Context) error, dead func()) *pinger {
+	return &pinger{ctx: ctx, maxMissed: maxMissed, ping: ping, dead: dead}
+}
+
+// beat judges the last ping and sends the next. It never blocks.
+func (p *pinger) beat() {
+	if p.done {
+		return
+	}
+	if p.failed.Load() || p.ctx.Err() != nil {
+		p.done = true
+		return
+	}
+	if p.sent > 0 {
+		if p.answered.Load() == p.sent {
+			p.missed = 0
+		} else if p.missed++; p.missed >= p.maxMissed {
+			p.done = true
+			p.dead()
+			return
 		}
 	}
+	p.sent++
+	n := p.sent
+	p.inFlight.Add(1)
+	go func() {
+		defer p.inFlight.Done()
+		if err := p.ping(p.ctx); err != nil {
+			p.failed.Store(true)
+			return
+		}
+		p.answered.Store(n)
+	}()
+}
+
+// stop ends the pinging and waits for the pings awaiting their pongs, which the caller ends by
+// closing the connection first. It may be called more than once.
+func (p *pinger) stop() {
+	if p.member != nil {
+		p.member.Stop()
+	}
+	p.inFlight.Wait()
 }
 
 // transport writes frames as WebSocket text messages.
