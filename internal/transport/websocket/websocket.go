@@ -3,19 +3,25 @@
 // reader goroutine (the request's own) feeds the session's frames, the session's writer writes
 // through Transport, and a pinger checks the client is alive.
 //
-// A live connection holds those two goroutines and nothing else while it is idle: the pinger is
-// a member of the handler's heartbeat wheel, which pings the connections due in the same tick
-// together, and each ping's wait for its pong is a goroutine that lives for that round trip.
-// Every goroutine a connection starts ends before ServeHTTP returns.
+// ServeHTTP returns once the connection is upgraded, letting go of net/http's goroutine and its
+// buffers; the connection's own goroutine reads it from then on. A live connection holds that
+// goroutine and the session's writer and nothing else while it is idle: the pinger is a member
+// of the handler's heartbeat wheel, which pings the connections due in the same tick together,
+// and each ping's wait for its pong is a goroutine that lives for that round trip. Every
+// goroutine a connection starts ends before the connection gives back its slot (the release
+// Registry.Admit returned), which it does last.
 package websocket
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -42,7 +48,10 @@ type Authenticator interface {
 // Registry admits and tracks sessions: the server's connection limit and its list of live
 // sessions for shutdown.
 type Registry interface {
-	// Admit reserves a connection slot; ok is false when the node is full.
+	// Admit reserves a connection slot; ok is false when the node is full. A connection calls
+	// release once everything it started has ended, so a server that waits for every slot
+	// to come back at shutdown has waited for its connections, which net/http does not track
+	// once they are upgraded.
 	Admit() (release func(), ok bool)
 	// Track records a live session until untrack is called. A session tracked once the node
 	// is stopping is closed at once.
@@ -133,22 +142,59 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release, admitted := h.registry.Admit()
-	if admitted {
-		defer release()
-	}
 	// Auth is by token, never by cookie, so a page on another origin gains nothing a token
 	// would not already give it: every origin may connect.
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true})
+	c, err := websocket.Accept(&hijacker{ResponseWriter: w}, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true})
 	if err != nil {
+		if admitted {
+			release()
+		}
 		return // Accept has answered the request
 	}
 	t := &transport{c: c}
-	defer t.Close(wire.CloseNormal, "")
 	if !admitted {
 		t.closeWith(&wire.Error{Code: wire.CodeTooManyConnections,
 			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"}, wire.CloseTooManyConnections)
 		return
 	}
+	// The connection carries on in a goroutine of its own, and net/http's goroutine returns:
+	// with it go the request and net/http's state and buffers for the connection, which an
+	// idle connection would otherwise hold for its whole life. serve gives the slot back last.
+	go h.serve(t, upgradeToken(r), release)
+}
+
+// serve runs an upgraded connection: the connect handshake, then the session, with this
+// goroutine as its reader. Every goroutine it starts has ended before it gives back the
+// connection's slot, which it does last: that is what the server waits for at shutdown.
+func (h *Handler) serve(t *transport, upgradeToken string, release func()) {
+	defer release()
+	defer t.Close(wire.CloseNormal, "")
+	s, untrack, ok := h.open(t, upgradeToken)
+	if !ok {
+		return
+	}
+	defer untrack()
+
+	p := h.startPinger(s, t.c)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.Run(h.base)
+	}()
+	h.read(s, t.c)
+	s.Lost("connection closed")
+	wg.Wait()
+	// After the writer: it has closed the connection, so a ping in flight fails at once, and
+	// stopping sooner would cut the pong wait of a connection still writing its close.
+	p.stop()
+}
+
+// open runs the connect handshake and returns the tracked session, with welcome queued, or
+// false once it has closed the connection with the reason. What the handshake needed is let
+// go when it returns, rather than held for the connection's life.
+func (h *Handler) open(t *transport, upgradeToken string) (_ *session.Session, untrack func(), ok bool) {
+	c := t.c
 	// readFrame enforces the frame limit itself; the library's, one byte above it, never fires
 	// first. It would close with its own reason text and no error frame.
 	c.SetReadLimit(int64(h.cfg.Session.MaxFrameBytes) + 1)
@@ -159,42 +205,59 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	connect, ok := h.readConnect(t)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	token := connect.Token
 	if token == "" {
-		token = upgradeToken(r)
+		token = upgradeToken
 	}
 	ident, err := h.auth.Authenticate(token)
 	if err != nil {
 		we := session.AuthError(connect.ID, err)
 		t.closeWith(we, session.AuthCloseCode(we))
-		return
+		return nil, nil, false
 	}
 	s, err := session.New(h.cfg.Session, h.deps, t, ident)
 	if err != nil {
 		h.log.Error("new session", "error", err)
 		t.closeWith(&wire.Error{ID: connect.ID, Code: wire.CodeInternal, Message: "the server could not open a session"}, wire.CloseInternal)
-		return
+		return nil, nil, false
 	}
-	untrack := h.registry.Track(s)
-	defer untrack()
+	untrack = h.registry.Track(s)
 	unwatch() // the server's shutdown closes the session from here on
 	s.Send(s.Welcome(connect.ID))
+	return s, untrack, true
+}
 
-	p := h.startPinger(s, c)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.Run(h.base)
-	}()
-	h.read(s, c)
-	s.Lost("connection closed")
-	wg.Wait()
-	// After the writer: it has closed the connection, so a ping in flight fails at once, and
-	// stopping sooner would cut the pong wait of a connection still writing its close.
-	p.stop()
+// readBufferSize is the read buffer of a connection: clients send small frames (requests), and
+// a larger one is read past the buffer. net/http's own is 4 KiB, held for as long as a
+// connection lives.
+const readBufferSize = 1 << 10
+
+// hijacker hands the WebSocket library a read buffer of the connection's own in place of
+// net/http's, so that net/http's can go with its goroutine (see ServeHTTP). The write buffer is
+// net/http's, which the library writes every message through.
+type hijacker struct {
+	http.ResponseWriter
+}
+
+func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// What the client sent past the upgrade request is already in net/http's buffer: it is
+	// loaded into the new one first, where the library looks for it.
+	n := brw.Reader.Buffered()
+	left, _ := brw.Reader.Peek(n)
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(left)), conn), max(readBufferSize, n))
+	if n > 0 {
+		if _, err := br.Peek(n); err != nil {
+			_ = conn.Close()
+			return nil, nil, err
+		}
+	}
+	return conn, bufio.NewReadWriter(br, brw.Writer), nil
 }
 
 // closeOnStopping closes t with 1012 if the node begins to stop before the returned function
