@@ -1,26 +1,37 @@
 // Package websocket serves Herald's protocol over WebSocket: it upgrades the request, reads the
 // connect frame, verifies the token, and then runs one session per connection: this package's
-// reader goroutine feeds the session's frames, the session's writer writes through Transport,
-// and a pinger checks the client is alive.
+// reader goroutine (the request's own) feeds the session's frames, the session's writer writes
+// through Transport, and a pinger checks the client is alive.
 //
-// Every goroutine a connection starts ends before ServeHTTP returns.
+// ServeHTTP returns once the connection is upgraded, letting go of net/http's goroutine and its
+// buffers; the connection's own goroutine reads it from then on. A live connection holds that
+// goroutine and the session's writer and nothing else while it is idle: the pinger is a member
+// of the handler's heartbeat wheel, which pings the connections due in the same tick together,
+// and each ping's wait for its pong is a goroutine that lives for that round trip. Every
+// goroutine a connection starts ends before the connection gives back its slot (the release
+// Registry.Admit returned), which it does last.
 package websocket
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -46,6 +57,7 @@ type Handler struct {
 	registry session.Registry
 	base     context.Context
 	log      *slog.Logger
+	pings    *heartbeat.Wheel // every connection's pinger
 }
 
 // New returns the WebSocket handler. base is the server's context: sessions run under it.
@@ -66,7 +78,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 	if cfg.Session.Logger == nil {
 		cfg.Session.Logger = cfg.Logger
 	}
-	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger}
+	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger, pings: heartbeat.New(cfg.PingInterval)}
 }
 
 // offersV1 reports whether the upgrade offers our subprotocol.
@@ -96,22 +108,59 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release, admitted := h.registry.Admit()
-	if admitted {
-		defer release()
-	}
 	// Auth is by token, never by cookie, so a page on another origin gains nothing a token
 	// would not already give it: every origin may connect.
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true})
+	c, err := websocket.Accept(&hijacker{ResponseWriter: w}, r, &websocket.AcceptOptions{Subprotocols: []string{Subprotocol}, InsecureSkipVerify: true})
 	if err != nil {
+		if admitted {
+			release()
+		}
 		return // Accept has answered the request
 	}
 	t := &transport{c: c}
-	defer t.Close(wire.CloseNormal, "")
 	if !admitted {
 		t.closeWith(&wire.Error{Code: wire.CodeTooManyConnections,
 			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"}, wire.CloseTooManyConnections)
 		return
 	}
+	// The connection carries on in a goroutine of its own, and net/http's goroutine returns:
+	// with it go the request and net/http's state and buffers for the connection, which an
+	// idle connection would otherwise hold for its whole life. serve gives the slot back last.
+	go h.serve(t, upgradeToken(r), release)
+}
+
+// serve runs an upgraded connection: the connect handshake, then the session, with this
+// goroutine as its reader. Every goroutine it starts has ended before it gives back the
+// connection's slot, which it does last: that is what the server waits for at shutdown.
+func (h *Handler) serve(t *transport, upgradeToken string, release func()) {
+	defer release()
+	defer t.Close(wire.CloseNormal, "")
+	s, untrack, ok := h.open(t, upgradeToken)
+	if !ok {
+		return
+	}
+	defer untrack()
+
+	p := h.startPinger(s, t.c)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.Run(h.base)
+	}()
+	h.read(s, t.c)
+	s.Lost("connection closed")
+	wg.Wait()
+	// After the writer: it has closed the connection, so a ping in flight fails at once, and
+	// stopping sooner would cut the pong wait of a connection still writing its close.
+	p.stop()
+}
+
+// open runs the connect handshake and returns the tracked session, with welcome queued, or
+// false once it has closed the connection with the reason. What the handshake needed is let
+// go when it returns, rather than held for the connection's life.
+func (h *Handler) open(t *transport, upgradeToken string) (_ *session.Session, untrack func(), ok bool) {
+	c := t.c
 	// readFrame enforces the frame limit itself; the library's, one byte above it, never fires
 	// first. It would close with its own reason text and no error frame.
 	c.SetReadLimit(int64(h.cfg.Session.MaxFrameBytes) + 1)
@@ -122,42 +171,59 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	connect, ok := h.readConnect(t)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	token := connect.Token
 	if token == "" {
-		token = upgradeToken(r)
+		token = upgradeToken
 	}
 	ident, err := h.auth.Authenticate(token)
 	if err != nil {
 		we := session.AuthError(connect.ID, err)
 		t.closeWith(we, session.AuthCloseCode(we))
-		return
+		return nil, nil, false
 	}
 	s, err := session.New(h.cfg.Session, h.deps, t, ident)
 	if err != nil {
 		h.log.Error("new session", "error", err)
 		t.closeWith(&wire.Error{ID: connect.ID, Code: wire.CodeInternal, Message: "the server could not open a session"}, wire.CloseInternal)
-		return
+		return nil, nil, false
 	}
-	untrack := h.registry.Track(s)
-	defer untrack()
+	untrack = h.registry.Track(s)
 	unwatch() // the server's shutdown closes the session from here on
 	s.Send(s.Welcome(connect.ID))
+	return s, untrack, true
+}
 
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.Run(h.base)
-	}()
-	go func() {
-		defer wg.Done()
-		h.ping(s, c)
-	}()
-	h.read(s, c)
-	s.Lost("connection closed")
-	wg.Wait()
+// readBufferSize is the read buffer of a connection: clients send small frames (requests), and
+// a larger one is read past the buffer. net/http's own is 4 KiB, held for as long as a
+// connection lives.
+const readBufferSize = 1 << 10
+
+// hijacker hands the WebSocket library a read buffer of the connection's own in place of
+// net/http's, so that net/http's can go with its goroutine (see ServeHTTP). The write buffer is
+// net/http's, which the library writes every message through.
+type hijacker struct {
+	http.ResponseWriter
+}
+
+func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// What the client sent past the upgrade request is already in net/http's buffer: it is
+	// loaded into the new one first, where the library looks for it.
+	n := brw.Reader.Buffered()
+	left, _ := brw.Reader.Peek(n)
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(left)), conn), max(readBufferSize, n))
+	if n > 0 {
+		if _, err := br.Peek(n); err != nil {
+			_ = conn.Close()
+			return nil, nil, err
+		}
+	}
+	return conn, bufio.NewReadWriter(br, brw.Writer), nil
 }
 
 // closeOnStopping closes t with 1012 if the node begins to stop before the returned function
@@ -289,44 +355,87 @@ func (h *Handler) tooLarge() *wire.Error {
 // and docs/PROTOCOL.md (Liveness) state the same number.
 const maxMissedPongs = 2
 
-// ping checks liveness until the session ends, and closes it with ClosePingTimeout once
-// maxMissedPongs pings in a row went unanswered: a code whose reaction is to reconnect, since a
-// dead connection says nothing against the client.
-func (h *Handler) ping(s *session.Session, c *websocket.Conn) {
-	if awaitPongs(h.base, s.Done(), h.cfg.PingInterval, maxMissedPongs, c.Ping) {
+// startPinger pings c every PingInterval until it is stopped, and closes s with
+// ClosePingTimeout once maxMissedPongs pings in a row went unanswered: a code whose reaction is
+// to reconnect, since a dead connection says nothing against the client.
+func (h *Handler) startPinger(s *session.Session, c *websocket.Conn) *pinger {
+	p := newPinger(h.base, maxMissedPongs, c.Ping, func() {
 		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
-	}
+	})
+	p.member = h.pings.Add(p.beat)
+	return p
 }
 
-// awaitPongs calls ping every interval, giving each call until the next is due, and reports
-// true once maxMissed calls in a row ran out of time. It returns false when done is closed, ctx
-// ends, or a ping fails otherwise (the connection is gone, and its reader ends the session).
-func awaitPongs(ctx context.Context, done <-chan struct{}, interval time.Duration, maxMissed int, ping func(context.Context) error) bool {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	missed := 0
-	for {
-		select {
-		case <-done:
-			return false
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, interval)
-		err := ping(pctx)
-		cancel()
-		switch {
-		case err == nil:
-			missed = 0
-		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			if missed++; missed >= maxMissed {
-				return true
-			}
-		default:
-			return false
+// pinger is one connection's liveness check. Each beat, an interval after the one before, first
+// judges the ping the last beat sent, which had until now for its pong, then sends the next:
+// after maxMissed unanswered in a row it calls dead and pings no more. It stops pinging, without
+// calling dead, once ctx ends or a ping fails otherwise (the connection is gone, and its reader
+// ends the session).
+//
+// A ping waits for its pong in a goroutine of its own, so a beat never blocks its wheel; that
+// goroutine lives for the round trip. The wait has no deadline of its own (no timer per ping):
+// the next beat judges the ping whether or not its pong came, and the pings of a connection
+// that never answers end with the connection, which the second missed pong closes. Pings are
+// numbered, so a pong that comes after its ping was judged is not taken for the next's.
+type pinger struct {
+	ctx       context.Context
+	maxMissed int
+	ping      func(context.Context) error
+	dead      func()
+	member    *heartbeat.Member
+
+	// Owned by beat, which the wheel runs for one member at a time.
+	sent   uint64 // pings sent
+	missed int    // judged unanswered in a row
+	done   bool   // dead was called, or the pinging ended
+
+	answered atomic.Uint64  // the number of the latest ping answered
+	failed   atomic.Bool    // a ping failed otherwise than by running out of time
+	inFlight sync.WaitGroup // pings awaiting their pongs
+}
+
+func newPinger(ctx context.Context, maxMissed int, ping func(context.Context) error, dead func()) *pinger {
+	return &pinger{ctx: ctx, maxMissed: maxMissed, ping: ping, dead: dead}
+}
+
+// beat judges the last ping and sends the next. It never blocks.
+func (p *pinger) beat() {
+	if p.done {
+		return
+	}
+	if p.failed.Load() || p.ctx.Err() != nil {
+		p.done = true
+		return
+	}
+	if p.sent > 0 {
+		if p.answered.Load() == p.sent {
+			p.missed = 0
+		} else if p.missed++; p.missed >= p.maxMissed {
+			p.done = true
+			p.dead()
+			return
 		}
 	}
+	p.sent++
+	n := p.sent
+	p.inFlight.Add(1)
+	go func() {
+		defer p.inFlight.Done()
+		if err := p.ping(p.ctx); err != nil {
+			p.failed.Store(true)
+			return
+		}
+		p.answered.Store(n)
+	}()
+}
+
+// stop ends the pinging and waits for the pings awaiting their pongs, which the caller ends by
+// closing the connection first. It may be called more than once.
+func (p *pinger) stop() {
+	if p.member != nil {
+		p.member.Stop()
+	}
+	p.inFlight.Wait()
 }
 
 // transport writes frames as WebSocket text messages.
