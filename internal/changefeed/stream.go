@@ -118,6 +118,7 @@ func (f *Feed) session(ctx context.Context) error {
 		conn:    conn,
 		asm:     newAssembler(newDecoder(f.follower(), f.cfg.TenantColumn), &f.cfg),
 		handoff: make(chan handoff, f.cfg.QueueTxns),
+		room:    make(chan struct{}, 1),
 		sinkErr: make(chan error, 1),
 	}
 	p.asm.skipThrough = f.resumeCommit
@@ -157,6 +158,7 @@ type handoff struct {
 	txn    *change.Txn
 	commit change.LSN
 	end    change.LSN
+	bytes  int64 // the transaction's estimated memory, counted in pump.queuedBytes
 }
 
 // pump moves one live stream. The reader goroutine (run) owns the connection: it receives,
@@ -173,6 +175,12 @@ type pump struct {
 	accepted       atomic.Uint64 // end LSN of the last transaction the sink accepted (sink goroutine writes)
 	acceptedCommit atomic.Uint64 // its commit LSN
 	inflight       atomic.Int64  // handoffs queued or being accepted
+	// queuedBytes is the estimated memory of the transactions queued or being accepted. The
+	// queue holds at most QueueTxns of them and, besides, at most MaxTxnBytes of them (one
+	// larger transaction alone is let in): a count alone would let 64 transactions of 256 MiB
+	// each wait at once. room carries one token from the sink each time it frees some.
+	queuedBytes atomic.Int64
+	room        chan struct{}
 	// wake tells the reader it has more to do than receive: a status update may be due, ctx
 	// may have ended, or the sink may have refused a transaction. A timer, ctx and the sink
 	// goroutine set it; the reader tests it once per message, an atomic load, and reads the
@@ -259,8 +267,9 @@ func (p *pump) drain(ctx context.Context) {
 				p.wake.Store(true)
 				// Nothing after a refused transaction may be confirmed; the rest of the queue
 				// is dropped and streamed again.
-				for range p.handoff {
+				for h := range p.handoff {
 					p.inflight.Add(-1)
+					p.free(h.bytes)
 				}
 				return
 			}
@@ -277,6 +286,20 @@ func (p *pump) drain(ctx context.Context) {
 		p.acceptedCommit.Store(uint64(h.commit))
 		p.accepted.Store(uint64(h.end))
 		p.inflight.Add(-1)
+		p.free(h.bytes)
+	}
+}
+
+// free gives back the bytes of a transaction the sink is done with, and tells a reader that
+// waits for room.
+func (p *pump) free(n int64) {
+	if n == 0 {
+		return
+	}
+	p.queuedBytes.Add(-n)
+	select {
+	case p.room <- struct{}{}:
+	default:
 	}
 }
 
@@ -419,34 +442,74 @@ func (p *pump) copyData(ctx context.Context, data []byte) error {
 }
 
 // enqueue hands a committed transaction to the sink goroutine, sending status updates while it
-// waits for room.
+// waits for room: a free slot, and room for its bytes (see queuedBytes).
 func (p *pump) enqueue(ctx context.Context, h handoff) error {
 	p.inflight.Add(1)
-	select {
-	case p.handoff <- h:
-		return nil
-	default:
+	if h.txn != nil {
+		h.bytes = txnBytes(h.txn)
 	}
-	tick := time.NewTicker(p.f.cfg.StatusInterval)
-	defer tick.Stop()
-	for {
+	var tick *time.Ticker
+	defer func() {
+		if tick != nil {
+			tick.Stop()
+		}
+	}()
+	for waited := false; ; waited = true {
+		// send stays nil, and its case never fires, while the bytes do not fit.
+		var send chan<- handoff
+		if q := p.queuedBytes.Load(); q == 0 || q+h.bytes <= int64(p.f.cfg.MaxTxnBytes) {
+			send = p.handoff
+			p.queuedBytes.Add(h.bytes)
+			if !waited {
+				select {
+				case send <- h:
+					return nil
+				default:
+				}
+			}
+		}
+		if tick == nil {
+			tick = time.NewTicker(p.f.cfg.StatusInterval)
+		}
 		select {
-		case p.handoff <- h:
+		case send <- h:
 			// Waiting on the sink is not the server falling silent: nothing was read meanwhile.
 			p.lastRecv = time.Now()
 			return nil
+		case <-p.room:
 		case err := <-p.sinkErr:
 			p.inflight.Add(-1)
+			p.unreserve(send, h.bytes)
 			return &Error{Stage: StageSink, Detail: "the sink refused a transaction: " + err.Error(), Err: err}
 		case <-ctx.Done():
 			p.inflight.Add(-1)
+			p.unreserve(send, h.bytes)
 			return nil
 		case <-tick.C:
 			if err := p.sendStatus(false); err != nil {
+				p.inflight.Add(-1)
+				p.unreserve(send, h.bytes)
 				return err
 			}
 		}
+		p.unreserve(send, h.bytes)
 	}
+}
+
+// unreserve gives back bytes enqueue counted for a send that did not happen.
+func (p *pump) unreserve(send chan<- handoff, n int64) {
+	if send != nil {
+		p.queuedBytes.Add(-n)
+	}
+}
+
+// txnBytes estimates the memory a committed transaction holds while it waits.
+func txnBytes(txn *change.Txn) int64 {
+	n := int64(0)
+	for i := range txn.Events {
+		n += int64(eventBytes(&txn.Events[i]))
+	}
+	return n
 }
 
 // position is what may be confirmed: the end of the last transaction the sink accepted, or a

@@ -66,6 +66,7 @@ func fakeStream(tb testing.TB, cfg Config, sink Sink) (p *pump, server net.Conn)
 		conn:    conn,
 		asm:     newAssembler(newDecoder(f.follower(), f.cfg.TenantColumn), &f.cfg),
 		handoff: make(chan handoff, f.cfg.QueueTxns),
+		room:    make(chan struct{}, 1),
 		sinkErr: make(chan error, 1),
 	}, server
 }
@@ -153,5 +154,42 @@ func TestShortXLogDataIsAnError(t *testing.T) {
 		if !errors.As(err, &e) || e.Stage != StageDecode {
 			t.Errorf("XLogData of %d bytes: got %v, want a decode error", n, err)
 		}
+	}
+}
+
+// TestQueueIsBoundedByBytes: the queue to the sink holds at most MaxTxnBytes of transactions,
+// whatever its count bound says (one larger transaction alone is let in): a transaction that
+// does not fit waits until the sink frees room.
+func TestQueueIsBoundedByBytes(t *testing.T) {
+	p, _ := fakeStream(t, Config{MaxTxnBytes: 10_000, QueueTxns: 64, StatusInterval: time.Hour},
+		SinkFunc(func(context.Context, *change.Txn) error { return nil }))
+	big := func(lsn change.LSN) handoff {
+		row := change.Row{{Name: "v", Value: make([]byte, 6_000)}}
+		txn := &change.Txn{CommitLSN: lsn, EndLSN: lsn + 1, Events: []change.Event{{Op: change.Insert, After: row}}}
+		return handoff{txn: txn, commit: lsn, end: lsn + 1}
+	}
+	ctx := context.Background()
+	if err := p.enqueue(ctx, big(10)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.enqueue(ctx, big(20)) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a second 6 kB transaction was queued beside the first under a 10 kB bound (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if n := len(p.handoff); n != 1 {
+		t.Fatalf("%d transactions queued, want 1", n)
+	}
+	// The sink takes the first and frees its bytes: the second goes in.
+	h := <-p.handoff
+	p.inflight.Add(-1)
+	p.free(h.bytes)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, q := len(p.handoff), p.queuedBytes.Load(); n != 1 || q != h.bytes {
+		t.Errorf("queue %d transactions of %d bytes, want 1 of %d", n, q, h.bytes)
 	}
 }
