@@ -241,6 +241,8 @@ func goroutines(ctx context.Context, base string) int {
 	if err != nil {
 		return -1
 	}
+	// No keep-alive: a connection left idle would be one more goroutine in the next count.
+	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return -1

@@ -344,7 +344,11 @@ func (t *transport) Write(ctx context.Context, items []delivery.Item) error {
 	}
 	// Flush through the controller, which reports failure: the frames may still be in the
 	// response's buffer, and a flush stuck on a client that stopped reading is a failed write.
-	return t.rc.Flush()
+	if err := t.rc.Flush(); err != nil {
+		return err
+	}
+	t.clearDeadline()
+	return nil
 }
 
 var (
@@ -377,8 +381,16 @@ func (t *transport) comment() error {
 	if err != nil && !time.Now().Before(dl) {
 		return fmt.Errorf("%w: %w", errBlocked, err)
 	}
+	if err == nil {
+		t.clearDeadline()
+	}
 	return err
 }
+
+// clearDeadline lifts the write deadline once a write is done: left set, it would fire a timer
+// for nothing, one per write, long after an idle stream's keepalive went out. Called with mu
+// held.
+func (t *transport) clearDeadline() { _ = t.rc.SetWriteDeadline(time.Time{}) }
 
 // Close ends the stream. SSE has no close codes, so an ending the server chose is told as a
 // last error event, after a retry field with the delay EventSource should wait before it

@@ -389,8 +389,8 @@ type pinger struct {
 	missed int    // judged unanswered in a row
 	done   bool   // dead was called, or the pinging ended
 
-	answered atomic.Uint64  // the number of the latest ping answered
-	failed   atomic.Bool    // a ping failed otherwise than by running out of time
+	answered atomic.Uint64  // the highest number of a ping answered
+	failed   atomic.Bool    // a ping failed: the connection is gone, or ctx ended
 	inFlight sync.WaitGroup // pings awaiting their pongs
 }
 
@@ -425,7 +425,13 @@ func (p *pinger) beat() {
 			p.failed.Store(true)
 			return
 		}
-		p.answered.Store(n)
+		// Pongs come in order, but the goroutines that wait for them may wake out of it.
+		for {
+			old := p.answered.Load()
+			if old >= n || p.answered.CompareAndSwap(old, n) {
+				return
+			}
+		}
 	}()
 }
 
