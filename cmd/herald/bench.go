@@ -19,6 +19,7 @@ const benchUsage = `usage: herald bench [--subs 100] [--events 10000] [--rate 0]
          [--table public.bench_items [--filter JSON] [--updates] | --channel bench/load]
          [--transport ws|sse] [--target URL [--allow-remote] [--pid N] [--api-key K] [--database-url URL]]
          [--json]
+       herald bench --idle [--subs 1000] [--hold 50s] [--settle 5s] [--transport ws|sse] [--json]
 
 Measures a Herald node: opens --subs subscriber connections, produces --events events at --rate
 per second (0: as fast as the node takes them), and reports deliveries per second, the latency
@@ -40,6 +41,14 @@ HERALD_DATABASE_URL) of the database the node streams and a table with the colum
 the node streams (herald bench creates it if missing, but a node reads its tables when it
 starts).
 
+--idle measures what idle connections cost instead: --subs connections, each subscribed to one
+channel nothing is published to, are opened and left to settle, and the node's CPU time over
+--hold (make it a whole number of ping intervals, 25s unless the node sets another), its memory
+per connection and its goroutines per connection are reported.
+
+--node-binary starts the node from another herald binary than this one, e.g. to compare two
+builds under the same client.
+
 Progress goes to stderr every second; the report to stdout (--json: one JSON object).
 
 flags:
@@ -60,6 +69,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		asJSON      = fs.Bool("json", false, "print the report as one JSON object")
 		nodeLog     = fs.Bool("node-log", false, "pass the started node's log through to stderr")
 		cpuProfile  = fs.String("cpuprofile", "", "write this process's CPU profile (the subscribers and the sender) to a file")
+		idle        = fs.Bool("idle", false, "measure idle connections: no events, the node's CPU over --hold and its memory per connection")
+		hold        = fs.Duration("hold", 50*time.Second, "with --idle: the measured window")
+		settle      = fs.Duration("settle", 5*time.Second, "with --idle: the wait between the last connection and the window")
+		nodeBinary  = fs.String("node-binary", "", "start the node from this herald binary instead of this one")
 	)
 	fs.IntVar(&cfg.Subs, "subs", 100, "subscribers, one connection each")
 	fs.IntVar(&cfg.Events, "events", 10000, "events to produce")
@@ -98,6 +111,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *target == "" && (cfg.ServerPID != 0 || cfg.APIKey != "") {
 		return usageError{"--pid and --api-key go with --target; without it herald bench starts and measures its own node"}
 	}
+	if *target != "" && *nodeBinary != "" {
+		return usageError{"--node-binary starts a node; --target measures a running one: give one of them"}
+	}
+	if *idle && (cfg.Table != "" || *target != "" && cfg.ServerPID == 0) {
+		return usageError{"--idle subscribes to a channel and measures the node's process: not with --table, and --target needs --pid"}
+	}
 
 	// Every subscriber holds a descriptor here and one in the node (which inherits this limit).
 	if n, err := bench.RaiseFileLimit(uint64(cfg.Subs) + 4096); err != nil {
@@ -121,6 +140,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		exe, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("find this binary to start a node with: %w", err)
+		}
+		if *nodeBinary != "" {
+			exe = *nodeBinary
 		}
 		nc := bench.NodeConfig{Binary: exe, Table: cfg.Table, MaxConnections: cfg.Subs + 1000}
 		if *nodeLog {
@@ -149,6 +171,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.URL, cfg.APIKey, cfg.DatabaseURL, cfg.ServerPID = node.URL, node.APIKey, node.DatabaseURL, node.PID
 		fmt.Fprintf(stderr, "herald bench: node pid %d on %s\n", node.PID, node.URL)
 	}
+	if *idle {
+		return runIdle(ctx, bench.IdleConfig{URL: cfg.URL, Token: cfg.Token, Transport: cfg.Transport, Subs: cfg.Subs, Channel: cfg.Channel,
+			Hold: *hold, Settle: *settle, ServerPID: cfg.ServerPID, Progress: stderr}, *asJSON, stdout)
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
@@ -175,4 +201,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return err
+}
+
+func runIdle(ctx context.Context, cfg bench.IdleConfig, asJSON bool, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	rep, err := bench.Idle(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		rep.WriteText(stdout)
+	}
+	return nil
 }

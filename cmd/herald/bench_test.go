@@ -39,6 +39,30 @@ func TestBenchStartsItsOwnNode(t *testing.T) {
 	}
 }
 
+// TestBenchIdle runs herald bench --idle with a node started from --node-binary, as
+// scripts/bench-idle does.
+func TestBenchIdle(t *testing.T) {
+	bin := herald(t)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(bin, "bench", "--idle", "--subs", "4", "--settle", "100ms", "--hold", "500ms", "--transport", "sse", "--node-binary", bin, "--json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("herald bench --idle: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var r bench.IdleReport
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("stdout is not one JSON report: %v\n%s", err, stdout.String())
+	}
+	if r.Connected != 4 || r.Transport != "sse" || r.ServerPID <= 0 || r.RSSZeroBytes <= 0 || r.HoldSeconds < 0.5 || len(r.Ended) != 0 {
+		t.Errorf("report %+v: want 4 SSE connections held 0.5 s on a measured node, none ended", r)
+	}
+	// Two goroutines a stream: the request's, running the writer, and net/http's reader. Give
+	// or take two: the node's own connections for readiness and metrics come and go.
+	if d := r.GoroutinesEnd - r.GoroutinesZero; d < 6 || d > 10 {
+		t.Errorf("goroutines %d with none, %d with 4 idle streams: want 8 more, give or take 2", r.GoroutinesZero, r.GoroutinesEnd)
+	}
+}
+
 func TestBenchUsage(t *testing.T) {
 	tests := []struct {
 		args   []string
@@ -50,6 +74,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "--pid", "1"}, "go with --target"},
 		{[]string{"bench", "--target", "http://127.0.0.1:1", "--transport", "quic"}, "transport"},
 		{[]string{"bench", "extra"}, "unexpected argument"},
+		{[]string{"bench", "--idle", "--table", "public.t"}, "not with --table"},
+		{[]string{"bench", "--idle", "--target", "http://127.0.0.1:1"}, "--target needs --pid"},
+		{[]string{"bench", "--target", "http://127.0.0.1:1", "--node-binary", "/bin/true"}, "give one of them"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

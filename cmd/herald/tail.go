@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{"no database: pass --database-url or set HERALD_DATABASE_URL"}
 	}
 
+	tuneGC()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := &tailSink{w: stdout, quiet: quiet, started: time.Now(), until: untilLSN, done: cancel}
@@ -140,6 +142,21 @@ func watchUntil(ctx context.Context, feed *changefeed.Feed, until change.LSN, do
 				return
 			}
 		}
+	}
+}
+
+// tailGCPercent is tail's GOGC unless the environment sets one. What tail holds live is small,
+// the transaction being assembled and a few queued, while every row it decodes is a fresh
+// allocation: at the default of 100 the collector ran every few transactions, and with it the
+// runtime returned pages to the system that the next transaction faulted back in. At 400 it
+// runs a quarter as often (BenchmarkPump: about a third less CPU a row), and the heap may grow
+// to five times what is live; a GOMEMLIMIT still bounds it, since the collector runs sooner as
+// the heap nears the limit whatever GOGC says.
+const tailGCPercent = 400
+
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(tailGCPercent)
 	}
 }
 

@@ -221,3 +221,35 @@ func TestProc(t *testing.T) {
 		t.Errorf("RaiseFileLimit = %d, %v", n, err)
 	}
 }
+
+func TestIdle(t *testing.T) {
+	url := startServer(t, true)
+	for _, transport := range []string{TransportWebSocket, TransportSSE} {
+		t.Run(transport, func(t *testing.T) {
+			r, err := Idle(context.Background(), IdleConfig{
+				URL: url, Transport: transport, Subs: 4, Settle: 10 * time.Millisecond, Hold: 200 * time.Millisecond,
+				ServerPID: os.Getpid(),
+			})
+			if err != nil {
+				t.Fatalf("Idle: %v", err)
+			}
+			if r.Connected != 4 || r.HoldSeconds < 0.2 || len(r.Ended) != 0 {
+				t.Errorf("connected %d, held %g s, ended %v; want 4, at least 0.2 s, none", r.Connected, r.HoldSeconds, r.Ended)
+			}
+			// The server is this process, so these measure the test; they must at least be read.
+			if r.RSSZeroBytes <= 0 || r.RSSEndBytes <= 0 || r.ServerCPUSeconds < 0 || r.GoroutinesZero < 0 || r.GoroutinesEnd < 0 {
+				t.Errorf("rss %d/%d, cpu %g, goroutines %d/%d: not measured", r.RSSZeroBytes, r.RSSEndBytes, r.ServerCPUSeconds, r.GoroutinesZero, r.GoroutinesEnd)
+			}
+			var text bytes.Buffer
+			r.WriteText(&text)
+			for _, want := range []string{"4 connected", "cores", "per connection", "goroutines"} {
+				if !strings.Contains(text.String(), want) {
+					t.Errorf("report lacks %q:\n%s", want, text.String())
+				}
+			}
+		})
+	}
+	if _, err := Idle(context.Background(), IdleConfig{URL: url}); err == nil || !strings.Contains(err.Error(), "pid") {
+		t.Errorf("Idle without a pid = %v, want an error naming the pid", err)
+	}
+}

@@ -1,7 +1,9 @@
 // Package bench owns herald bench, a bounded load generator: it opens N subscriber
 // connections to a node, produces M events at a rate (rows committed through Postgres, or
 // publications through the HTTP API), and reports deliveries per second, send-to-receipt
-// latency, resyncs, and the node's CPU time and memory per connection.
+// latency, resyncs, and the node's CPU time and memory per connection. Idle measures the other
+// end: what connections that stay subscribed with nothing flowing cost the node, in CPU time,
+// memory and goroutines per connection.
 //
 // # Concurrency
 //
@@ -16,6 +18,7 @@
 // Run connects every subscriber before the first event, stops when every expected delivery
 // has arrived, when deliveries stop coming after the last event (Config.Drain), or at
 // Config.Duration, whichever is first, and returns only once every goroutine it started has
-// ended and every connection is closed. StartNode starts the node to measure as a child
+// ended and every connection is closed. Idle connects, waits for the connections to settle,
+// measures over a fixed window, and likewise closes everything before it returns. StartNode starts the node to measure as a child
 // process (herald serve, and a private PostgreSQL for table mode); Node.Stop ends both.
 package bench

@@ -2,6 +2,7 @@ package changefeed
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/heraldrt/herald/internal/change"
@@ -24,6 +25,15 @@ type assembler struct {
 	// it is a replay (Postgres resends from its confirmed position, which can lag) and is dropped.
 	skipThrough change.LSN
 
+	// eventsHint is the event count of the last committed transaction. One that outgrows a few
+	// events grows straight to it, since bulk work comes in runs of like-sized transactions:
+	// each doubling of a slice of events copies every pointer in it under the write barrier and
+	// leaves the old array to the collector.
+	eventsHint int
+	// spare is the arena of the last committed transaction; the next one fills its free room
+	// rather than starting a chunk of its own.
+	spare arena
+
 	cur      *pending            // the open (non-streamed) transaction, between Begin and Commit
 	inStream bool                // between Stream Start and Stream Stop
 	streams  map[uint32]*pending // streamed transactions in progress, by top-level xid
@@ -38,6 +48,7 @@ type pending struct {
 	events     []change.Event
 	subxids    []uint32 // parallel to events, for streamed transactions: who made each change
 	bytes      int
+	tags       int            // write tags added to events, for finish to take out; an abort may leave it high
 	lost       map[string]int // past maxTxnBytes: changes let go, by table
 	lostN      int
 	arena      arena // backs the rows of events
@@ -92,7 +103,8 @@ func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
 		if a.cur != nil {
 			return result{}, fmt.Errorf("begin of xid %d inside open xid %d", m.Xid, a.cur.xid)
 		}
-		a.cur = &pending{xid: m.Xid, commitLSN: change.LSN(m.FinalLSN), commitTime: m.CommitTime}
+		a.cur = a.newPending(m.Xid)
+		a.cur.commitLSN, a.cur.commitTime = change.LSN(m.FinalLSN), m.CommitTime
 	case *pglogrepl.CommitMessage:
 		if a.cur == nil {
 			return result{}, fmt.Errorf("commit at %s with no open transaction", change.LSN(m.CommitLSN))
@@ -107,7 +119,7 @@ func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
 		}
 		a.inStream, a.streamID = true, m.Xid
 		if a.streams[m.Xid] == nil {
-			a.streams[m.Xid] = &pending{xid: m.Xid}
+			a.streams[m.Xid] = a.newPending(m.Xid)
 		}
 	case *pglogrepl.StreamStopMessageV2:
 		a.inStream = false
@@ -145,6 +157,13 @@ func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
 		// that never asked for streaming; ParseV2 decodes it and abort ignores an unknown xid.
 	}
 	return result{}, nil
+}
+
+// newPending starts a transaction in the spare arena.
+func (a *assembler) newPending(xid uint32) *pending {
+	p := &pending{xid: xid, arena: a.spare}
+	a.spare = arena{}
+	return p
 }
 
 // target is the transaction a change belongs to: the open stream's for a streamed change, else
@@ -189,8 +208,22 @@ func (a *assembler) change(xid uint32, relID uint32, build func(*relation, *aren
 	return nil
 }
 
+// eventsHintMin is how many events a transaction holds before it grows to eventsHint, so a
+// small transaction after a large one stays small; eventsHintMax (2 MB of events) bounds the
+// one allocation a hint can make.
+const (
+	eventsHintMin = 8
+	eventsHintMax = 8192
+)
+
 func (a *assembler) add(p *pending, xid uint32, ev change.Event) {
+	if n := len(p.events); n == cap(p.events) && n >= eventsHintMin && a.eventsHint > n {
+		p.events = slices.Grow(p.events, a.eventsHint-n)
+	}
 	p.events = append(p.events, ev)
+	if ev.Op == change.Message && ev.Prefix == a.writeTagPrefix {
+		p.tags++
+	}
 	if a.inStream {
 		p.subxids = append(p.subxids, xid)
 	}
@@ -277,18 +310,33 @@ func (a *assembler) finish(p *pending, end change.LSN) result {
 		return result{skipped: end}
 	}
 	a.skipThrough = p.commitLSN
+	if len(p.events) > 0 {
+		// One with nothing followed says nothing of the next one's size.
+		a.eventsHint = min(len(p.events), eventsHintMax)
+	}
+	if p.lost == nil {
+		a.spare = p.arena
+	}
 	txn := &change.Txn{XID: p.xid, CommitLSN: p.commitLSN, EndLSN: end, CommitTime: p.commitTime.UTC(), Transactional: true}
-	events := p.events[:0]
-	for _, e := range p.events {
-		if e.Op == change.Message && e.Prefix == a.writeTagPrefix {
-			txn.WriteTag = e.Content // the last tag wins
-			continue
+	events := p.events
+	if p.tags > 0 {
+		events = events[:0]
+		for i := range p.events {
+			e := &p.events[i]
+			if e.Op == change.Message && e.Prefix == a.writeTagPrefix {
+				txn.WriteTag = e.Content // the last tag wins
+				continue
+			}
+			events = append(events, *e)
 		}
-		events = append(events, e)
 	}
 	if p.lost != nil {
 		txn.Overflow = &change.Overflow{Tables: p.lost, Changes: p.lostN}
 		events = nil
+	}
+	if cap(events) > 4*len(events) && cap(events) > 4*eventsHintMin {
+		// A hint far too large for this one: the sink may hold the events a while.
+		events = slices.Clone(events)
 	}
 	for i := range events {
 		e := &events[i]

@@ -296,3 +296,32 @@ func TestNonTransactionalMessageHasNoCommitTime(t *testing.T) {
 		t.Errorf("transactional message %s: want its txid and commit time", got)
 	}
 }
+
+func TestTransactionSizesFollowEachOther(t *testing.T) {
+	// A transaction grows straight to the size of the last one (BenchmarkAssembleInserts counts
+	// the allocations); every event lands where it belongs, and one far smaller than the last
+	// is handed on in a slice near its own size, since the sink may hold it.
+	a := newTestAssembler()
+	txn := func(lsn uint64, rows int) *change.Txn {
+		msgs := []msg{begin(lsn, uint32(lsn))}
+		for i := 0; i < rows; i++ {
+			msgs = append(msgs, insert(false, 0, fmt.Sprint(i), "b", "o"))
+		}
+		txns := feedAll(t, a, append(msgs, commit(lsn, lsn+8))...)
+		if len(txns) != 1 || len(txns[0].Events) != rows {
+			t.Fatalf("transaction at %d: got %d transactions, want 1 of %d events", lsn, len(txns), rows)
+		}
+		for i, e := range txns[0].Events {
+			if v, _ := e.After.Get("id"); string(v) != fmt.Sprint(i) || e.LSN != change.LSN(lsn) {
+				t.Fatalf("transaction at %d, event %d: id %s at %s", lsn, i, v, e.LSN)
+			}
+		}
+		return txns[0]
+	}
+	feedAll(t, a, relationMsg(false, 0, 'd'))
+	txn(0x100, 1000)
+	txn(0x200, 1500)
+	if got := cap(txn(0x300, 40).Events); got > 4*40 {
+		t.Errorf("a 40-event transaction after a 1,500-event one: capacity %d, want at most %d", got, 4*40)
+	}
+}

@@ -53,7 +53,10 @@ type Config struct {
 	// tables it touched and how many changes were lost, so every consumer is told its view went
 	// stale instead of the process running out of memory. Default 256 MiB.
 	MaxTxnBytes int
-	// QueueTxns bounds the committed transactions waiting for the sink. Default 64.
+	// QueueTxns bounds the committed transactions waiting for the sink. Default 64. Their
+	// memory is bounded too, by MaxTxnBytes together (one larger transaction alone is let in),
+	// so the changefeed holds at most about twice MaxTxnBytes: what waits, and the transaction
+	// being assembled.
 	QueueTxns int
 	// LeaderPoll is how often a standby tries for the leader lock. Default 1s.
 	LeaderPoll time.Duration

@@ -1,9 +1,12 @@
 package changefeed
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +33,7 @@ func (f *Feed) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cc.BuildFrontend = newFrontend
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	conn, err := pgconn.ConnectConfig(connectCtx, cc)
 	cancel()
@@ -114,6 +118,7 @@ func (f *Feed) session(ctx context.Context) error {
 		conn:    conn,
 		asm:     newAssembler(newDecoder(f.follower(), f.cfg.TenantColumn), &f.cfg),
 		handoff: make(chan handoff, f.cfg.QueueTxns),
+		room:    make(chan struct{}, 1),
 		sinkErr: make(chan error, 1),
 	}
 	p.asm.skipThrough = f.resumeCommit
@@ -121,6 +126,17 @@ func (f *Feed) session(ctx context.Context) error {
 	p.accepted.Store(uint64(start))
 	p.confirmed = start
 	return p.run(ctx)
+}
+
+// readBufferSize is how much one read of the replication connection may take in. Each change
+// is a message of its own, and pgproto3 reads at most 8 kB at a time: when the reader falls
+// behind, this takes a few hundred messages per read system call instead of some fifty. It
+// adds no wait, since a read returns whatever has arrived.
+const readBufferSize = 64 << 10
+
+// newFrontend is pgconn's default frontend over a larger read buffer.
+func newFrontend(r io.Reader, w io.Writer) *pgproto3.Frontend {
+	return pgproto3.NewFrontend(bufio.NewReaderSize(r, readBufferSize), w)
 }
 
 // follower says whether a table's changes are handed on: every configured table, or every
@@ -142,6 +158,7 @@ type handoff struct {
 	txn    *change.Txn
 	commit change.LSN
 	end    change.LSN
+	bytes  int64 // the transaction's estimated memory, counted in pump.queuedBytes
 }
 
 // pump moves one live stream. The reader goroutine (run) owns the connection: it receives,
@@ -158,6 +175,17 @@ type pump struct {
 	accepted       atomic.Uint64 // end LSN of the last transaction the sink accepted (sink goroutine writes)
 	acceptedCommit atomic.Uint64 // its commit LSN
 	inflight       atomic.Int64  // handoffs queued or being accepted
+	// queuedBytes is the estimated memory of the transactions queued or being accepted. The
+	// queue holds at most QueueTxns of them and, besides, at most MaxTxnBytes of them (one
+	// larger transaction alone is let in): a count alone would let 64 transactions of 256 MiB
+	// each wait at once. room carries one token from the sink each time it frees some.
+	queuedBytes atomic.Int64
+	room        chan struct{}
+	// wake tells the reader it has more to do than receive: a status update may be due, ctx
+	// may have ended, or the sink may have refused a transaction. A timer, ctx and the sink
+	// goroutine set it; the reader tests it once per message, an atomic load, and reads the
+	// clock and checks the rest only when it is set.
+	wake atomic.Bool
 
 	// owned by the reader goroutine
 	confirmed    change.LSN // last position sent to the server
@@ -166,6 +194,7 @@ type pump struct {
 	lastRecv     time.Time // as of the last status check that saw messages arrive
 	lastStatus   time.Time
 	received     uint64 // messages received
+	timeouts     uint64 // reads that the deadline ended
 	receivedSeen uint64 // received, as of lastRecv
 }
 
@@ -178,7 +207,10 @@ func (p *pump) run(ctx context.Context) error {
 	}()
 	// A cancelled ctx wakes a blocked read through its deadline; the read itself runs without a
 	// context, since watching one per message would cost a goroutine handoff per message.
-	stopWake := context.AfterFunc(ctx, func() { _ = p.conn.Conn().SetReadDeadline(time.Now()) })
+	stopWake := context.AfterFunc(ctx, func() {
+		p.wake.Store(true)
+		_ = p.conn.Conn().SetReadDeadline(time.Now())
+	})
 
 	err := p.read(ctx)
 
@@ -232,10 +264,12 @@ func (p *pump) drain(ctx context.Context) {
 				case p.sinkErr <- err:
 				default:
 				}
+				p.wake.Store(true)
 				// Nothing after a refused transaction may be confirmed; the rest of the queue
 				// is dropped and streamed again.
-				for range p.handoff {
+				for h := range p.handoff {
 					p.inflight.Add(-1)
+					p.free(h.bytes)
 				}
 				return
 			}
@@ -252,6 +286,20 @@ func (p *pump) drain(ctx context.Context) {
 		p.acceptedCommit.Store(uint64(h.commit))
 		p.accepted.Store(uint64(h.end))
 		p.inflight.Add(-1)
+		p.free(h.bytes)
+	}
+}
+
+// free gives back the bytes of a transaction the sink is done with, and tells a reader that
+// waits for room.
+func (p *pump) free(n int64) {
+	if n == 0 {
+		return
+	}
+	p.queuedBytes.Add(-n)
+	select {
+	case p.room <- struct{}{}:
+	default:
 	}
 }
 
@@ -263,38 +311,13 @@ func (p *pump) read(ctx context.Context) error {
 	if err := p.conn.Conn().SetReadDeadline(now.Add(cfg.StatusInterval)); err != nil {
 		return err
 	}
+	// The status timer only raises wake; the deadline above is what ends a read that waits.
+	timer := time.AfterFunc(cfg.StatusInterval, func() { p.wake.Store(true) })
+	defer timer.Stop()
 	for {
-		select {
-		case err := <-p.sinkErr:
-			return &Error{Stage: StageSink, Detail: "the sink refused a transaction: " + err.Error(), Err: err}
-		default:
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		now = time.Now()
-		if now.Sub(p.lastStatus) >= cfg.StatusInterval {
-			// Messages are counted rather than timed one by one: what silence needs is whether
-			// anything arrived since the last look, and one clock read per message is enough.
-			if p.received != p.receivedSeen {
-				p.lastRecv, p.receivedSeen = now, p.received
-			}
-			if now.Sub(p.lastRecv) >= cfg.SilenceTimeout {
-				return &Error{Stage: StageStream, Err: errSilent,
-					Detail: fmt.Sprintf("nothing arrived from the server for %s, though each status update asks for a reply", now.Sub(p.lastRecv).Round(time.Second)),
-					Fix:    "check the network path to Postgres; the stream reconnects on its own"}
-			}
-			// Each periodic update asks for a reply, so a quiet but healthy server still
-			// proves it is there within one interval.
-			if err := p.sendStatus(true); err != nil {
+		if p.wake.Swap(false) {
+			if err := p.chores(ctx, timer); err != nil || ctx.Err() != nil {
 				return err
-			}
-			if err := p.conn.Conn().SetReadDeadline(now.Add(cfg.StatusInterval)); err != nil {
-				return err
-			}
-			// A stop that landed just before the new deadline would wait a whole interval.
-			if ctx.Err() != nil {
-				return nil
 			}
 		}
 		msg, err := p.conn.ReceiveMessage(context.Background())
@@ -303,6 +326,9 @@ func (p *pump) read(ctx context.Context) error {
 				return nil
 			}
 			if pgconn.Timeout(err) {
+				// The deadline is the status interval's end: look at the clock now.
+				p.timeouts++
+				p.wake.Store(true)
 				continue
 			}
 			return pgError(StageStream, "receive", err)
@@ -319,6 +345,53 @@ func (p *pump) read(ctx context.Context) error {
 			return &Error{Stage: StageStream, Detail: "the server ended the replication stream", Fix: "see the Postgres server log; the stream reconnects on its own"}
 		}
 	}
+}
+
+// chores is what the reader does between messages when wake was set: it takes a refusal from
+// the sink, notices a stop, and sends the periodic status update when one is due, re-arming
+// timer for the next.
+func (p *pump) chores(ctx context.Context, timer *time.Timer) error {
+	cfg := &p.f.cfg
+	select {
+	case err := <-p.sinkErr:
+		return &Error{Stage: StageSink, Detail: "the sink refused a transaction: " + err.Error(), Err: err}
+	default:
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	now := time.Now()
+	if now.Sub(p.lastStatus) >= cfg.StatusInterval {
+		// Messages are counted rather than timed one by one: what silence needs is whether
+		// anything arrived since the last look.
+		if p.received != p.receivedSeen {
+			p.lastRecv, p.receivedSeen = now, p.received
+		}
+		if now.Sub(p.lastRecv) >= cfg.SilenceTimeout {
+			return &Error{Stage: StageStream, Err: errSilent,
+				Detail: fmt.Sprintf("nothing arrived from the server for %s, though each status update asks for a reply", now.Sub(p.lastRecv).Round(time.Second)),
+				Fix:    "check the network path to Postgres; the stream reconnects on its own"}
+		}
+		// Each periodic update asks for a reply, so a quiet but healthy server still
+		// proves it is there within one interval.
+		if err := p.sendStatus(true); err != nil {
+			return err
+		}
+	}
+	// The next update is due an interval after the last one, periodic or not (a keepalive's
+	// reply, or one sent while the sink was full), and the read deadline and the timer follow
+	// it: a deadline left at an earlier update's interval would fail every read at once until
+	// the next was due.
+	due := p.lastStatus.Add(cfg.StatusInterval)
+	if err := p.conn.Conn().SetReadDeadline(due); err != nil {
+		return err
+	}
+	// A stop that landed just before the new deadline would wait a whole interval.
+	if ctx.Err() != nil {
+		return nil
+	}
+	timer.Reset(max(due.Sub(now), 0))
+	return nil
 }
 
 func (p *pump) copyData(ctx context.Context, data []byte) error {
@@ -344,14 +417,18 @@ func (p *pump) copyData(ctx context.Context, data []byte) error {
 			return p.sendStatus(false)
 		}
 	case pglogrepl.XLogDataByteID:
-		x, err := pglogrepl.ParseXLogData(data[1:])
-		if err != nil {
+		// WAL start, server WAL end, send time, then the pgoutput message. Read here rather than
+		// by pglogrepl.ParseXLogData, which converts the send time, unused, once per change.
+		body := data[1:]
+		if len(body) < 24 {
+			err := fmt.Errorf("XLogData must be at least 24 bytes, got %d", len(body))
 			return &Error{Stage: StageDecode, Detail: err.Error(), Err: err}
 		}
-		p.serverEnd = max(p.serverEnd, change.LSN(x.ServerWALEnd))
-		res, err := p.asm.handle(change.LSN(x.WALStart), x.WALData)
+		walStart := change.LSN(binary.BigEndian.Uint64(body))
+		p.serverEnd = max(p.serverEnd, change.LSN(binary.BigEndian.Uint64(body[8:])))
+		res, err := p.asm.handle(walStart, body[24:])
 		if err != nil {
-			return &Error{Stage: StageDecode, Detail: fmt.Sprintf("at %s: %v", change.LSN(x.WALStart), err), Err: err,
+			return &Error{Stage: StageDecode, Detail: fmt.Sprintf("at %s: %v", walStart, err), Err: err,
 				Fix: "report this with the Postgres version; the stream restarts from the last confirmed transaction"}
 		}
 		switch {
@@ -365,34 +442,74 @@ func (p *pump) copyData(ctx context.Context, data []byte) error {
 }
 
 // enqueue hands a committed transaction to the sink goroutine, sending status updates while it
-// waits for room.
+// waits for room: a free slot, and room for its bytes (see queuedBytes).
 func (p *pump) enqueue(ctx context.Context, h handoff) error {
 	p.inflight.Add(1)
-	select {
-	case p.handoff <- h:
-		return nil
-	default:
+	if h.txn != nil {
+		h.bytes = txnBytes(h.txn)
 	}
-	tick := time.NewTicker(p.f.cfg.StatusInterval)
-	defer tick.Stop()
-	for {
+	var tick *time.Ticker
+	defer func() {
+		if tick != nil {
+			tick.Stop()
+		}
+	}()
+	for waited := false; ; waited = true {
+		// send stays nil, and its case never fires, while the bytes do not fit.
+		var send chan<- handoff
+		if q := p.queuedBytes.Load(); q == 0 || q+h.bytes <= int64(p.f.cfg.MaxTxnBytes) {
+			send = p.handoff
+			p.queuedBytes.Add(h.bytes)
+			if !waited {
+				select {
+				case send <- h:
+					return nil
+				default:
+				}
+			}
+		}
+		if tick == nil {
+			tick = time.NewTicker(p.f.cfg.StatusInterval)
+		}
 		select {
-		case p.handoff <- h:
+		case send <- h:
 			// Waiting on the sink is not the server falling silent: nothing was read meanwhile.
 			p.lastRecv = time.Now()
 			return nil
+		case <-p.room:
 		case err := <-p.sinkErr:
 			p.inflight.Add(-1)
+			p.unreserve(send, h.bytes)
 			return &Error{Stage: StageSink, Detail: "the sink refused a transaction: " + err.Error(), Err: err}
 		case <-ctx.Done():
 			p.inflight.Add(-1)
+			p.unreserve(send, h.bytes)
 			return nil
 		case <-tick.C:
 			if err := p.sendStatus(false); err != nil {
+				p.inflight.Add(-1)
+				p.unreserve(send, h.bytes)
 				return err
 			}
 		}
+		p.unreserve(send, h.bytes)
 	}
+}
+
+// unreserve gives back bytes enqueue counted for a send that did not happen.
+func (p *pump) unreserve(send chan<- handoff, n int64) {
+	if send != nil {
+		p.queuedBytes.Add(-n)
+	}
+}
+
+// txnBytes estimates the memory a committed transaction holds while it waits.
+func txnBytes(txn *change.Txn) int64 {
+	n := int64(0)
+	for i := range txn.Events {
+		n += int64(eventBytes(&txn.Events[i]))
+	}
+	return n
 }
 
 // position is what may be confirmed: the end of the last transaction the sink accepted, or a

@@ -58,6 +58,12 @@ type Config struct {
 
 	// Now is the clock that Stalled reports in. Default time.Now; tests inject their own.
 	Now func() time.Time
+
+	// OnStall, when set, is called as a stall begins (see Stalled), so that whoever enforces
+	// the limit on stalls can arm a timer then rather than poll Stalled while nothing is
+	// wrong. It runs on the pushing goroutine after the lock is released, once per stall; it
+	// must be quick and must not block.
+	OnStall func()
 }
 
 // Validate reports a Config that New would refuse.

@@ -80,7 +80,9 @@
 //
 //  8. Stall. The connection is stalled from the first ReasonLaneFull loss until a batch leaves
 //     the data lane empty; Stalled reports since when, by Config.Now, and the transport closes
-//     the connection as too slow once that passes its limit. See Stalled for the reasoning.
+//     the connection as too slow once that passes its limit. Config.OnStall is called as a
+//     stall begins, so nothing need watch a connection that is not stalled. See Stalled for
+//     the reasoning.
 //
 // The control lane holds at most Config.MaxControlFrames frames and MaxControlBytes bytes and
 // has no markers: a control frame it cannot take is refused with *ControlFullError, because a

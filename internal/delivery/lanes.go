@@ -212,7 +212,8 @@ func (l *Lanes) Gap(key, first, last string, count uint64, reason DropReason) {
 func (l *Lanes) openLocked(key, first, last string, count uint64, reason DropReason) bool {
 	m := l.markers.open(key, reason, first, l.admitted)
 	m.Last, m.Lost = last, count
-	if reason == ReasonLaneFull && l.stallSince.IsZero() {
+	stalls := reason == ReasonLaneFull && l.stallSince.IsZero()
+	if stalls {
 		l.stallSince = l.cfg.Now()
 	}
 	// A gap in an empty lane leaves a marker that is ready at once, and a parked writer would
@@ -224,6 +225,9 @@ func (l *Lanes) openLocked(key, first, last string, count uint64, reason DropRea
 	l.mu.Unlock()
 	l.stats.lost(reason, count)
 	l.signal(wake)
+	if stalls && l.cfg.OnStall != nil {
+		l.cfg.OnStall()
+	}
 	return false
 }
 
@@ -297,7 +301,9 @@ func (l *Lanes) Close() {
 // up. A burst the client absorbs clears within one drain; a client that reads slower than its
 // subscriptions produce stays stalled, and the transport closes it with the "too slow" code
 // once time.Since(since) passes its limit. A ReasonTooLarge loss is not a stall: it says
-// nothing about the client's speed. Safe for concurrent use.
+// nothing about the client's speed. Config.OnStall is called as each stall begins, so the
+// limit can be enforced by a timer armed then, which looks here when it fires. Safe for
+// concurrent use.
 func (l *Lanes) Stalled() (since time.Time, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

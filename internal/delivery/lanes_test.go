@@ -455,37 +455,41 @@ func TestControlRoom(t *testing.T) {
 
 func TestStalled(t *testing.T) {
 	c := newClock()
-	l := newLanes(t, Config{MaxDataFrames: 2, MaxDataBytes: 10, MaxBatchFrames: 1, Now: c.Now})
+	stalls := 0 // OnStall calls: one as each stall begins, none while it lasts
+	l := newLanes(t, Config{MaxDataFrames: 2, MaxDataBytes: 10, MaxBatchFrames: 1, Now: c.Now, OnStall: func() { stalls++ }})
 	var b Batch
 	start := c.Now()
-	check := func(step string, wantSince time.Time, wantOK bool) {
+	check := func(step string, wantSince time.Time, wantOK bool, wantStalls int) {
 		t.Helper()
 		since, ok := l.Stalled()
 		if ok != wantOK || !since.Equal(wantSince) {
 			t.Fatalf("%s: Stalled() = %v, %v; want %v, %v", step, since, ok, wantSince, wantOK)
 		}
+		if stalls != wantStalls {
+			t.Fatalf("%s: OnStall called %d times, want %d", step, stalls, wantStalls)
+		}
 	}
 
-	check("new", time.Time{}, false)
+	check("new", time.Time{}, false, 0)
 	l.PushData(frame("a", "1", 11))
-	check("a too-large loss says nothing about speed", time.Time{}, false)
+	check("a too-large loss says nothing about speed", time.Time{}, false, 0)
 
 	l.PushData(frame("b", "1", 1))
 	l.PushData(frame("c", "1", 1))
 	c.Advance(time.Second)
 	l.PushData(frame("d", "1", 1))
-	check("first lane_full loss", start.Add(time.Second), true)
+	check("first lane_full loss", start.Add(time.Second), true, 1)
 
 	c.Advance(time.Second)
 	l.PushData(frame("d", "2", 1))
 	l.PushData(frame("e", "1", 1))
-	check("later losses keep the start", start.Add(time.Second), true)
+	check("later losses keep the start", start.Add(time.Second), true, 1)
 
 	l.TryNext(&b) // a's too-large marker
 	l.TryNext(&b) // b@1
-	check("a partial drain keeps the stall", start.Add(time.Second), true)
+	check("a partial drain keeps the stall", start.Add(time.Second), true, 1)
 	l.TryNext(&b) // c@1
-	check("a drain that empties the data lane ends it", time.Time{}, false)
+	check("a drain that empties the data lane ends it", time.Time{}, false, 1)
 	for l.TryNext(&b) { // the markers of d and e
 	}
 
@@ -493,9 +497,9 @@ func TestStalled(t *testing.T) {
 	l.PushData(frame("f", "2", 1))
 	c.Advance(time.Second)
 	l.PushData(frame("f", "3", 1))
-	check("a new overflow starts a new stall", start.Add(3*time.Second), true)
+	check("a new overflow starts a new stall", start.Add(3*time.Second), true, 2)
 	l.Close()
-	check("closed", time.Time{}, false)
+	check("closed", time.Time{}, false, 2)
 }
 
 func TestNextBlocksUntilWork(t *testing.T) {

@@ -19,11 +19,19 @@
 //     blocks;
 //   - the writer, Run, is the only goroutine that writes to the Transport.
 //
-// mu guards the identity and the subscription table. Push takes mu only to look the
-// subscription up (and to buffer an item for one whose subscribed is not queued yet), then
-// releases it before it queues on the lanes, which have their own lock; a subscribe queues its
-// subscribed and the buffered items under mu, so the lock order is mu, then the lanes' lock.
-// Nothing is written to the network under mu.
+// The writer is the only goroutine a session runs: an idle session costs one parked goroutine.
+// What else it must do on time is done by timers whose callbacks are short and never write to
+// the Transport: the token's expiry (the expiring warning, then the close), the stall check,
+// armed by the lanes' OnStall as the data lane begins losing frames and not while it is not,
+// and the close's grace period. The first Close ends the writer's wait itself, by cancelling
+// the context the writer waits under, rather than a goroutine watching for it.
+//
+// mu guards the identity and the subscription table; stallMu guards the stall timer. Push
+// takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
+// not queued yet), then releases it before it queues on the lanes, which have their own lock;
+// a subscribe queues its subscribed and the buffered items under mu. Lock order: mu, then the
+// lanes' lock, then stallMu (a push may arm the stall timer); nothing takes mu while it holds
+// stallMu. Nothing is written to the network under mu.
 //
 // # Lifecycle
 //

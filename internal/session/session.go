@@ -189,12 +189,18 @@ type Session struct {
 	endLife      context.CancelFunc
 	closing      chan struct{} // closed by the first Close or Lost
 	closeMu      sync.Mutex
-	closeStarted bool           // guarded by closeMu
-	closeWeak    bool           // guarded by closeMu: closed by Lost; a Close may still name the code
-	closeCode    wire.CloseCode // guarded by closeMu
-	closeMsg     string         // guarded by closeMu
-	done         chan struct{}  // closed when Run has ended
+	closeStarted bool // guarded by closeMu
+	// stopWriter ends the writer's wait for the lanes: the first Close calls it, so no goroutine
+	// need watch closing for the writer. Set by Run; guarded by closeMu.
+	stopWriter context.CancelFunc
+	closeWeak  bool           // guarded by closeMu: closed by Lost; a Close may still name the code
+	closeCode  wire.CloseCode // guarded by closeMu
+	closeMsg   string         // guarded by closeMu
+	done       chan struct{}  // closed when Run has ended
 
+	stallMu  sync.Mutex  // taken after mu, if both (see doc.go)
+	stall    *time.Timer // guarded by stallMu: armed while the data lane is stalled, else nil
+	stallEnd bool        // guarded by stallMu: the session has ended; arm no more
 }
 
 // subscription is one of the session's subscriptions.
@@ -225,21 +231,23 @@ type pendingGap struct {
 // New returns a session for an identity the transport has verified.
 func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error) {
 	cfg = cfg.withDefaults()
-	lanes, err := delivery.New(cfg.Lanes)
-	if err != nil {
-		return nil, err
-	}
 	s := &Session{
 		id:        newID(),
 		cfg:       cfg,
 		deps:      deps,
 		transport: t,
-		lanes:     lanes,
 		identity:  id,
 		subs:      map[string]*subscription{},
 		closing:   make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	lc := cfg.Lanes
+	lc.OnStall = s.armStall
+	lanes, err := delivery.New(lc)
+	if err != nil {
+		return nil, err
+	}
+	s.lanes = lanes
 	s.log = cfg.Logger.With("session", s.id)
 	s.life, s.endLife = context.WithCancel(context.Background())
 	return s, nil
@@ -431,6 +439,9 @@ func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
 	s.closeCode, s.closeMsg = code, reason
 	close(s.closing)
 	s.endLife()
+	if s.stopWriter != nil {
+		s.stopWriter()
+	}
 	// A writer blocked on a client that stopped reading would hold the close forever.
 	time.AfterFunc(s.cfg.CloseGrace, func() {
 		select {
@@ -470,6 +481,7 @@ func (s *Session) Abort() {
 		su.unsubscribe()
 	}
 	s.lanes.Close()
+	s.disarmStall()
 }
 
 // Closing is closed once Close has been called.
@@ -486,22 +498,17 @@ func (s *Session) Run(ctx context.Context) {
 		s.armExpiry()
 	}
 	s.mu.Unlock()
+	// wctx ends with ctx or at the session's close, whichever is first; the close cancels it
+	// itself, since a goroutine to watch for it would be one more per idle session.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-s.closing:
-		case <-wctx.Done():
-		}
+	s.closeMu.Lock()
+	if s.closeStarted {
 		cancel()
-	}()
-
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.watchStall(wctx)
-	}()
+	} else {
+		s.stopWriter = cancel
+	}
+	s.closeMu.Unlock()
 
 	var b delivery.Batch
 	for {
@@ -522,7 +529,6 @@ func (s *Session) Run(ctx context.Context) {
 		}
 	}
 	cancel()
-	wg.Wait()
 	if ctx.Err() != nil {
 		s.Close(wire.CloseShuttingDown, "server shutting down")
 	}
@@ -617,24 +623,53 @@ func (s *Session) finish() {
 	for _, su := range subs {
 		su.unsubscribe()
 	}
+	s.disarmStall()
 }
 
-// watchStall closes the session as too slow once its data lane has been losing frames for
+// armStall is the lanes' OnStall: the data lane began losing frames, so a timer is armed to
+// look again once SlowTimeout has passed. Nothing watches a session whose lane is not stalled.
+func (s *Session) armStall() { s.armStallIn(s.cfg.SlowTimeout) }
+
+func (s *Session) armStallIn(d time.Duration) {
+	s.stallMu.Lock()
+	defer s.stallMu.Unlock()
+	if s.stall == nil && !s.stallEnd {
+		s.stall = time.AfterFunc(d, s.checkStall)
+	}
+}
+
+// checkStall closes the session as too slow once its data lane has been losing frames for
 // SlowTimeout: the markers kept the client's view honest, but a client that never catches up
-// only holds memory.
-func (s *Session) watchStall(ctx context.Context) {
-	t := time.NewTicker(max(s.cfg.SlowTimeout/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if since, ok := s.lanes.Stalled(); ok && s.cfg.Now().Sub(since) >= s.cfg.SlowTimeout {
-				s.Close(wire.CloseTooSlow, fmt.Sprintf("the data queue stayed full for %s", s.cfg.SlowTimeout))
-				return
-			}
-		}
+// only holds memory. A stall that ended meanwhile disarms it until the next one begins; one
+// that began later than the stall that armed it (the first ended, another began while the
+// timer was armed, so OnStall armed nothing) re-arms it for the rest of that one's time.
+//
+// The timer is cleared before the lanes are asked, so a stall that begins in between arms a
+// timer of its own through OnStall, and none is missed.
+func (s *Session) checkStall() {
+	s.stallMu.Lock()
+	s.stall = nil
+	s.stallMu.Unlock()
+	since, ok := s.lanes.Stalled()
+	if !ok {
+		return
+	}
+	if left := s.cfg.SlowTimeout - s.cfg.Now().Sub(since); left > 0 {
+		s.armStallIn(left)
+		return
+	}
+	s.Close(wire.CloseTooSlow, fmt.Sprintf("the data queue stayed full for %s", s.cfg.SlowTimeout))
+}
+
+// disarmStall stops the stall timer for good, as the session ends. A check already running
+// finds the lanes closed, which are never stalled, or closes a session that is closed.
+func (s *Session) disarmStall() {
+	s.stallMu.Lock()
+	defer s.stallMu.Unlock()
+	s.stallEnd = true
+	if s.stall != nil {
+		s.stall.Stop()
+		s.stall = nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -222,4 +223,144 @@ func TestRepliesWaitingUnread(t *testing.T) {
 			t.Errorf("close code %s, want too_slow", got)
 		}
 	})
+}
+
+// stuckTransport takes the first Write and never finishes it, whatever its deadline says,
+// until Close: a client that stopped reading, seen through a transport that cannot time out.
+type stuckTransport struct {
+	writes chan struct{} // one token per Write begun
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (st *stuckTransport) Write(time.Time, []delivery.Item) error {
+	st.writes <- struct{}{}
+	<-st.closed
+	return context.Canceled
+}
+
+func (st *stuckTransport) Close(wire.CloseCode, string) { st.once.Do(func() { close(st.closed) }) }
+
+// TestStalledDataLaneClosesTooSlow: a data lane that keeps losing frames for SlowTimeout closes
+// the session with too_slow; one whose stall ended in time does not.
+func TestStalledDataLaneClosesTooSlow(t *testing.T) {
+	tests := []struct {
+		name    string
+		catchUp bool // the writer catches up before SlowTimeout has passed
+		want    wire.CloseCode
+	}{
+		{"stalled past the timeout", false, wire.CloseTooSlow},
+		{"caught up in time", true, wire.CloseNormal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const slow = 50 * time.Millisecond
+			var tr Transport
+			st := &stuckTransport{writes: make(chan struct{}, 64), closed: make(chan struct{})}
+			g := newGated()
+			tr = st
+			if tt.catchUp {
+				tr = g
+			}
+			cfg := Config{SlowTimeout: slow, CloseGrace: time.Millisecond, Lanes: delivery.Config{MaxDataFrames: 1}}
+			s, err := New(cfg, Deps{Channels: fakeChannels{}}, tr, auth.Identity{Subject: "u"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+
+			s.Handle(&wire.Subscribe{ID: "1", Sub: "x", Channel: "rooms/a"})
+			if tt.catchUp {
+				<-g.started // the writer holds subscribed
+			} else {
+				<-st.writes
+			}
+			for i := range 3 { // one queued, then a stall
+				s.Push("x", stream.NewMessage(&stream.Message{Pos: stream.ChannelPosition("e", uint64(i+1)), Channel: "rooms/a", Data: []byte("1")}))
+			}
+			if _, ok := s.lanes.Stalled(); !ok {
+				t.Fatal("the data lane is not stalled")
+			}
+			if tt.catchUp {
+				close(g.gate) // the writer drains the lane: the stall ends
+				deadline := time.Now().Add(5 * time.Second)
+				for {
+					if _, ok := s.lanes.Stalled(); !ok {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the stall never ended")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				// Well past the timeout the stall would have had: nothing closed the session.
+				select {
+				case <-s.Closing():
+					t.Fatalf("a session whose stall ended in time closed with %s", s.CloseCode())
+				case <-time.After(4 * slow):
+				}
+				s.Close(wire.CloseNormal, "")
+			}
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the session never ended")
+			}
+			if got := s.CloseCode(); got != tt.want {
+				t.Errorf("close code %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestIdleSessionHasOneGoroutine: a running session with nothing to write holds one goroutine,
+// its writer; no watcher or poller runs beside it.
+func TestIdleSessionHasOneGoroutine(t *testing.T) {
+	const n = 20
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		s, err := New(Config{}, Deps{Channels: fakeChannels{}}, newGated(), auth.Identity{Subject: "u"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Run(ctx) }()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	// Poll until every writer has started; none ends while ctx lives.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := sessionGoroutines()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle sessions hold %d goroutines, want %d", n, got, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sessionGoroutines counts the goroutines running a Session's code.
+func sessionGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "internal/session.(*Session)") {
+			count++
+		}
+	}
+	return count
 }

@@ -2,9 +2,13 @@
 // declare one subscription, and POST carries the client's commands to the stream's session,
 // whose replies arrive on the stream in order with the data.
 //
-// Each stream's handler owns its session: it runs the session's writer and a keepalive ticker,
-// and returns once both have ended. Writes to the response go through one mutex, shared by the
-// writer and the keepalive.
+// Each stream's handler owns its session and runs the session's writer itself, on the request's
+// goroutine: an idle stream holds that goroutine and the HTTP server's own reader of the
+// connection, nothing else. Keepalives come from the handler's heartbeat wheel, which serves the
+// streams due in the same tick together; each keepalive is written by a goroutine that lives for
+// that one write. The client's going away reaches the session through context.AfterFunc on the
+// request's context. The handler stops both and waits for a keepalive in flight before it
+// returns. Writes to the response go through one mutex, shared by the writer and the keepalive.
 package sse
 
 import (
@@ -15,13 +19,16 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -42,6 +49,8 @@ type Handler struct {
 	base     context.Context
 	log      *slog.Logger
 
+	keepalives *heartbeat.Wheel // every stream's keepalive
+
 	mu      sync.Mutex
 	streams map[string]*session.Session // guarded by mu: live streams by session id
 }
@@ -58,7 +67,8 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 	if cfg.Session.Logger == nil {
 		cfg.Session.Logger = cfg.Logger
 	}
-	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger, streams: map[string]*session.Session{}}
+	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger,
+		keepalives: heartbeat.New(cfg.PingInterval), streams: map[string]*session.Session{}}
 }
 
 func bearer(r *http.Request) string {
@@ -146,34 +156,60 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 
 	startStream(w, flusher)
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.Run(h.base)
-	}()
-	tick := time.NewTicker(h.cfg.PingInterval)
-	defer tick.Stop()
-loop:
-	for {
-		select {
-		case <-r.Context().Done():
-			s.Lost("client went away")
-			break loop
-		case <-s.Done():
-			break loop
-		case <-tick.C:
-			if err := t.comment("ping"); err != nil {
-				if errors.Is(err, errBlocked) {
-					s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", t.slow))
-				} else {
-					s.Lost("connection lost")
-				}
-				break loop
-			}
-		}
+	gone := context.AfterFunc(r.Context(), func() { s.Lost("client went away") })
+	ka := &keepalive{s: s, t: t}
+	ka.member = h.keepalives.Add(ka.beat)
+	s.Run(h.base)
+	ka.stop()
+	gone()
+}
+
+// keepalive is one stream's keepalive: each beat of the wheel writes a comment line, in a
+// goroutine of its own, since a client that stopped reading blocks the write (until the slow
+// limit, when it ends the stream as too slow). A beat that finds the last keepalive still
+// blocked writes no other.
+type keepalive struct {
+	s      *session.Session
+	t      *transport
+	member *heartbeat.Member
+
+	done     bool           // owned by beat: a keepalive failed, and the stream is ending
+	busy     atomic.Bool    // a keepalive is being written
+	failed   atomic.Bool    // one failed
+	inFlight sync.WaitGroup // the keepalive being written
+}
+
+// beat starts the next keepalive. It never blocks.
+func (k *keepalive) beat() {
+	if k.done || k.failed.Load() {
+		k.done = true
+		return
 	}
-	wg.Wait()
+	if !k.busy.CompareAndSwap(false, true) {
+		return
+	}
+	k.inFlight.Add(1)
+	go func() {
+		defer k.inFlight.Done()
+		defer k.busy.Store(false)
+		err := k.t.comment()
+		if err == nil {
+			return
+		}
+		k.failed.Store(true)
+		if errors.Is(err, errBlocked) {
+			k.s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.t.slow))
+		} else {
+			k.s.Lost("connection lost")
+		}
+	}()
+}
+
+// stop ends the keepalives and waits for one being written: the session's end has closed the
+// stream, so its write fails at once.
+func (k *keepalive) stop() {
+	k.member.Stop()
+	k.inFlight.Wait()
 }
 
 // slowTimeout is how long one write to a stream may block: the session's SlowTimeout.
@@ -306,7 +342,11 @@ func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	}
 	// Flush through the controller, which reports failure: the frames may still be in the
 	// response's buffer, and a flush stuck on a client that stopped reading is a failed write.
-	return t.rc.Flush()
+	if err := t.rc.Flush(); err != nil {
+		return err
+	}
+	t.clearDeadline()
+	return nil
 }
 
 var (
@@ -318,21 +358,37 @@ var (
 // client stopped reading.
 var errBlocked = errors.New("sse: a write was blocked past its deadline")
 
-// comment writes a comment line, within the slow limit.
-func (t *transport) comment(text string) error {
+// keepaliveComment is the comment line a keepalive writes.
+var keepaliveComment = []byte(": ping\n\n")
+
+// comment writes the keepalive comment line, within the slow limit.
+func (t *transport) comment() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	select {
+	case <-t.done:
+		return net.ErrClosed // the stream has ended
+	default:
+	}
 	dl := time.Now().Add(t.slow)
 	_ = t.rc.SetWriteDeadline(dl)
-	_, err := t.w.Write([]byte(": " + text + "\n\n"))
+	_, err := t.w.Write(keepaliveComment)
 	if err == nil {
 		err = t.rc.Flush()
 	}
 	if err != nil && !time.Now().Before(dl) {
 		return fmt.Errorf("%w: %w", errBlocked, err)
 	}
+	if err == nil {
+		t.clearDeadline()
+	}
 	return err
 }
+
+// clearDeadline lifts the write deadline once a write is done: left set, it would fire a timer
+// for nothing, one per write, long after an idle stream's keepalive went out. Called with mu
+// held.
+func (t *transport) clearDeadline() { _ = t.rc.SetWriteDeadline(time.Time{}) }
 
 // Close ends the stream. SSE has no close codes, so an ending the server chose is told as a
 // last error event, after a retry field with the delay EventSource should wait before it

@@ -90,7 +90,7 @@ type conn struct {
 
 	wmu       chan struct{}          // the write lock: held by whoever sent into it
 	werr      error                  // guarded by wmu: a write failed, maybe mid-frame; nothing more may be written
-	wdl       time.Time              // guarded by wmu: the socket's write deadline
+	wdl       time.Time              // guarded by wmu: the socket's write deadline; zero for none
 	closeSent bool                   // guarded by wmu
 	whdr      [ws.MaxHeaderSize]byte // guarded by wmu: a frame header's scratch
 
@@ -215,7 +215,15 @@ func (c *conn) writeControl(ctx context.Context, op ws.OpCode, payload []byte) e
 	if !ok {
 		dl = time.Now().Add(maxWriteTime)
 	}
-	return c.writeLocked(dl, op, []delivery.Item{{Body: payload}})
+	if err := c.writeLocked(dl, op, []delivery.Item{{Body: payload}}); err != nil {
+		return err
+	}
+	// Pings and pongs are mostly what an idle connection writes: the deadline is lifted after
+	// them, or its timer would fire for nothing maxWriteTime after every ping. A busy writer's
+	// next batch sets it again.
+	c.wdl = time.Time{}
+	_ = c.nc.SetWriteDeadline(c.wdl)
+	return nil
 }
 
 // writeLocked writes each item as one final frame of opcode op through a pooled buffer, and

@@ -1,14 +1,21 @@
 // Package websocket serves Herald's protocol over WebSocket: it upgrades the request, reads the
 // connect frame, verifies the token, and then runs one session per connection: this package's
-// reader goroutine feeds the session's frames, the session's writer writes through Transport,
-// and a pinger checks the client is alive.
+// reader goroutine (the request's own) feeds the session's frames, the session's writer writes
+// through Transport, and a pinger checks the client is alive.
 //
 // The framing is this package's own (conn.go), on github.com/gobwas/ws's frame codec and
 // upgrade: the session's writer hands over a batch of frames, and they go out as one text
 // message each through one pooled buffer, flushed once, under one write deadline. A batch of
-// small messages is one write(2). A connection holds no buffer while it is idle.
+// small messages is one write(2).
 //
-// Every goroutine a connection starts ends before ServeHTTP returns.
+// ServeHTTP returns once the connection is upgraded, letting go of net/http's goroutine and its
+// buffers; the connection's own goroutine reads it from then on. A live connection holds that
+// goroutine and the session's writer and nothing else while it is idle, and no buffer: frames
+// are read straight from the socket, and written through a pooled buffer only while a write is
+// in progress. The pinger is a member of the handler's heartbeat wheel, which pings the
+// connections due in the same tick together, and each ping's wait for its pong is a goroutine
+// that lives for that round trip. Every goroutine a connection starts ends before the
+// connection gives back its slot (the release Registry.Admit returned), which it does last.
 package websocket
 
 import (
@@ -19,11 +26,13 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gobwas/ws"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -57,6 +66,7 @@ type Handler struct {
 	registry session.Registry
 	base     context.Context
 	log      *slog.Logger
+	pings    *heartbeat.Wheel // every connection's pinger
 }
 
 // New returns the WebSocket handler. base is the server's context: sessions run under it.
@@ -77,7 +87,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 	if cfg.Session.Logger == nil {
 		cfg.Session.Logger = cfg.Logger
 	}
-	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger}
+	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger, pings: heartbeat.New(cfg.PingInterval)}
 }
 
 // offersV1 reports whether the upgrade offers our subprotocol.
@@ -107,9 +117,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	release, admitted := h.registry.Admit()
-	if admitted {
-		defer release()
-	}
 	// Auth is by token, never by cookie, so a page on another origin gains nothing a token
 	// would not already give it: every origin may connect.
 	nc, rw, _, err := upgrader.Upgrade(r, w)
@@ -117,15 +124,55 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if nc != nil {
 			_ = nc.Close() // Upgrade has answered the request
 		}
+		if admitted {
+			release()
+		}
 		return
 	}
+	// Only what the client sent past the upgrade request is kept of net/http's buffers.
 	t := newConn(nc, rw.Reader)
-	defer t.Close(wire.CloseNormal, "")
 	if !admitted {
 		t.closeWith(&wire.Error{Code: wire.CodeTooManyConnections,
 			Message: "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s"}, wire.CloseTooManyConnections)
 		return
 	}
+	// The connection carries on in a goroutine of its own, and net/http's goroutine returns:
+	// with it go the request and net/http's state and buffers for the connection, which an
+	// idle connection would otherwise hold for its whole life. serve gives the slot back last.
+	go h.serve(t, upgradeToken(r), release)
+}
+
+// serve runs an upgraded connection: the connect handshake, then the session, with this
+// goroutine as its reader. Every goroutine it starts has ended before it gives back the
+// connection's slot, which it does last: that is what the server waits for at shutdown.
+func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
+	defer release()
+	defer t.Close(wire.CloseNormal, "")
+	s, untrack, ok := h.open(t, upgradeToken)
+	if !ok {
+		return
+	}
+	defer untrack()
+
+	p := h.startPinger(s, t)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.Run(h.base)
+	}()
+	h.read(s, t)
+	s.Lost("connection closed")
+	wg.Wait()
+	// After the writer: it has closed the connection, so a ping in flight fails at once, and
+	// stopping sooner would cut the pong wait of a connection still writing its close.
+	p.stop()
+}
+
+// open runs the connect handshake and returns the tracked session, with welcome queued, or
+// false once it has closed the connection with the reason. What the handshake needed is let
+// go when it returns, rather than held for the connection's life.
+func (h *Handler) open(t *conn, upgradeToken string) (_ *session.Session, untrack func(), ok bool) {
 	// Until its session is tracked the server's shutdown cannot reach this connection, and
 	// would end it by cutting the handshake's read, with no close frame: watch for it here.
 	unwatch := h.closeOnStopping(t)
@@ -133,42 +180,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	connect, ok := h.readConnect(t)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	token := connect.Token
 	if token == "" {
-		token = upgradeToken(r)
+		token = upgradeToken
 	}
 	ident, err := h.auth.Authenticate(token)
 	if err != nil {
 		we := session.AuthError(connect.ID, err)
 		t.closeWith(we, session.AuthCloseCode(we))
-		return
+		return nil, nil, false
 	}
 	s, err := session.New(h.cfg.Session, h.deps, t, ident)
 	if err != nil {
 		h.log.Error("new session", "error", err)
 		t.closeWith(&wire.Error{ID: connect.ID, Code: wire.CodeInternal, Message: "the server could not open a session"}, wire.CloseInternal)
-		return
+		return nil, nil, false
 	}
-	untrack := h.registry.Track(s)
-	defer untrack()
+	untrack = h.registry.Track(s)
 	unwatch() // the server's shutdown closes the session from here on
 	s.Send(s.Welcome(connect.ID))
-
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		s.Run(h.base)
-	}()
-	go func() {
-		defer wg.Done()
-		h.ping(s, t)
-	}()
-	h.read(s, t)
-	s.Lost("connection closed")
-	wg.Wait()
+	return s, untrack, true
 }
 
 // closeOnStopping closes t with 1012 if the node begins to stop before the returned function
@@ -302,42 +335,91 @@ func (h *Handler) tooLarge() *wire.Error {
 // and docs/PROTOCOL.md (Liveness) state the same number.
 const maxMissedPongs = 2
 
-// ping checks liveness until the session ends, and closes it with ClosePingTimeout once
-// maxMissedPongs pings in a row went unanswered: a code whose reaction is to reconnect, since a
-// dead connection says nothing against the client.
-func (h *Handler) ping(s *session.Session, c *conn) {
-	if awaitPongs(h.base, s.Done(), h.cfg.PingInterval, maxMissedPongs, c.Ping) {
+// startPinger pings c every PingInterval until it is stopped, and closes s with
+// ClosePingTimeout once maxMissedPongs pings in a row went unanswered: a code whose reaction is
+// to reconnect, since a dead connection says nothing against the client.
+func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
+	p := newPinger(h.base, maxMissedPongs, c.Ping, func() {
 		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
-	}
+	})
+	p.member = h.pings.Add(p.beat)
+	return p
 }
 
-// awaitPongs calls ping every interval, giving each call until the next is due, and reports
-// true once maxMissed calls in a row ran out of time. It returns false when done is closed, ctx
-// ends, or a ping fails otherwise (the connection is gone, and its reader ends the session).
-func awaitPongs(ctx context.Context, done <-chan struct{}, interval time.Duration, maxMissed int, ping func(context.Context) error) bool {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	missed := 0
-	for {
-		select {
-		case <-done:
-			return false
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-		pctx, cancel := context.WithTimeout(ctx, interval)
-		err := ping(pctx)
-		cancel()
-		switch {
-		case err == nil:
-			missed = 0
-		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			if missed++; missed >= maxMissed {
-				return true
-			}
-		default:
-			return false
+// pinger is one connection's liveness check. Each beat, an interval after the one before, first
+// judges the ping the last beat sent, which had until now for its pong, then sends the next:
+// after maxMissed unanswered in a row it calls dead and pings no more. It stops pinging, without
+// calling dead, once ctx ends or a ping fails otherwise (the connection is gone, and its reader
+// ends the session).
+//
+// A ping waits for its pong in a goroutine of its own, so a beat never blocks its wheel; that
+// goroutine lives for the round trip. The wait has no deadline of its own (no timer per ping):
+// the next beat judges the ping whether or not its pong came, and the pings of a connection
+// that never answers end with the connection, which the second missed pong closes. Pings are
+// numbered, so a pong that comes after its ping was judged is not taken for the next's.
+type pinger struct {
+	ctx       context.Context
+	maxMissed int
+	ping      func(context.Context) error
+	dead      func()
+	member    *heartbeat.Member
+
+	// Owned by beat, which the wheel runs for one member at a time.
+	sent   uint64 // pings sent
+	missed int    // judged unanswered in a row
+	done   bool   // dead was called, or the pinging ended
+
+	answered atomic.Uint64  // the highest number of a ping answered
+	failed   atomic.Bool    // a ping failed: the connection is gone, or ctx ended
+	inFlight sync.WaitGroup // pings awaiting their pongs
+}
+
+func newPinger(ctx context.Context, maxMissed int, ping func(context.Context) error, dead func()) *pinger {
+	return &pinger{ctx: ctx, maxMissed: maxMissed, ping: ping, dead: dead}
+}
+
+// beat judges the last ping and sends the next. It never blocks.
+func (p *pinger) beat() {
+	if p.done {
+		return
+	}
+	if p.failed.Load() || p.ctx.Err() != nil {
+		p.done = true
+		return
+	}
+	if p.sent > 0 {
+		if p.answered.Load() == p.sent {
+			p.missed = 0
+		} else if p.missed++; p.missed >= p.maxMissed {
+			p.done = true
+			p.dead()
+			return
 		}
 	}
+	p.sent++
+	n := p.sent
+	p.inFlight.Add(1)
+	go func() {
+		defer p.inFlight.Done()
+		if err := p.ping(p.ctx); err != nil {
+			p.failed.Store(true)
+			return
+		}
+		// Pongs come in order, but the goroutines that wait for them may wake out of it.
+		for {
+			old := p.answered.Load()
+			if old >= n || p.answered.CompareAndSwap(old, n) {
+				return
+			}
+		}
+	}()
+}
+
+// stop ends the pinging and waits for the pings awaiting their pongs, which the caller ends by
+// closing the connection first. It may be called more than once.
+func (p *pinger) stop() {
+	if p.member != nil {
+		p.member.Stop()
+	}
+	p.inFlight.Wait()
 }
