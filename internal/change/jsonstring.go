@@ -96,3 +96,31 @@ func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// AppendCompactJSON appends the valid JSON value v to dst without the white space between its
+// tokens. Inside a string there is none to drop: valid JSON escapes its control characters. So
+// the result holds no raw line break, whatever v held between its tokens.
+func AppendCompactJSON(dst, v []byte) []byte {
+	start := 0
+	inString := false
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte cannot end the string
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case ' ', '\t', '\n', '\r':
+			dst = append(dst, v[start:i]...)
+			start = i + 1
+		}
+	}
+	return append(dst, v[start:]...)
+}

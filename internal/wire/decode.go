@@ -434,7 +434,7 @@ func (r *reader) raw(name string, n need, example string) json.RawMessage {
 	if v == nil {
 		return nil
 	}
-	return appendCompact(make([]byte, 0, len(v)), v)
+	return change.AppendCompactJSON(make([]byte, 0, len(v)), v)
 }
 
 // strings reads an array of non-empty strings; absent reads as nil, [] as an error.
@@ -684,7 +684,7 @@ func (r *reader) row(name string) change.Row {
 	ms, _, _ := objectMembers(v, nil, maxServerNesting)
 	row := make(change.Row, len(ms))
 	for i, m := range ms {
-		row[i] = change.Column{Name: string(m.key), Value: appendCompact(make([]byte, 0, len(m.val)), m.val)}
+		row[i] = change.Column{Name: string(m.key), Value: change.AppendCompactJSON(make([]byte, 0, len(m.val)), m.val)}
 	}
 	return row
 }

@@ -154,7 +154,7 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		dst = appendString(dst, "table", f.Table)
 		if f.Filter != nil {
 			dst = append(dst, `,"filter":`...)
-			dst = appendCompact(dst, f.Filter)
+			dst = change.AppendCompactJSON(dst, f.Filter)
 		}
 		if f.Columns != nil {
 			dst = appendStrings(dst, "columns", f.Columns)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/heraldrt/herald/internal/change"
 )
 
 // maxNesting bounds how deeply arrays and objects may nest in a client's frame. The scanner
@@ -397,33 +399,6 @@ func hex4(b []byte) rune {
 	return rune(hexVal(b[0])<<12 | hexVal(b[1])<<8 | hexVal(b[2])<<4 | hexVal(b[3]))
 }
 
-// appendCompact appends the valid JSON value v to dst without the whitespace between its
-// tokens.
-func appendCompact(dst, v []byte) []byte {
-	start := 0
-	inString := false
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case ' ', '\t', '\n', '\r':
-			dst = append(dst, v[start:i]...)
-			start = i + 1
-		}
-	}
-	return append(dst, v[start:]...)
-}
-
 // appendOneLine appends the valid JSON value v to dst so that no raw CR or LF reaches the
 // frame. It runs for every row value, so it looks only where a line break can be: in valid
 // JSON a raw line break is white space between tokens, so it sits inside an object or array
@@ -433,7 +408,7 @@ func appendCompact(dst, v []byte) []byte {
 func appendOneLine(dst, v []byte) []byte {
 	if isSpace(v[len(v)-1]) || v[0] == '{' || v[0] == '[' || isSpace(v[0]) {
 		if bytes.IndexByte(v, '\n') >= 0 || bytes.IndexByte(v, '\r') >= 0 {
-			return appendCompact(dst, v)
+			return change.AppendCompactJSON(dst, v)
 		}
 	}
 	return append(dst, v...)

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/heraldrt/herald/internal/change"
 )
 
 // AppendEventID appends the SSE event id of a data frame or resync of subscription sub at
@@ -102,7 +104,7 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 		if !validJSON(v, maxNesting) {
 			return bad("filter", "the filter parameter must be JSON text, URL-encoded")
 		}
-		f.Filter = appendCompact(nil, v)
+		f.Filter = change.AppendCompactJSON(nil, v)
 	}
 	if q.Has("columns") {
 		f.Columns = strings.Split(q.Get("columns"), ",")

@@ -289,36 +289,9 @@ func appendRawJSON(dst, text []byte, compact bool) []byte {
 		return appendString(dst, text)
 	}
 	if compact {
-		return appendCompact(dst, text)
+		return change.AppendCompactJSON(dst, text)
 	}
 	return append(dst, text...)
-}
-
-// appendCompact appends the valid JSON text v to dst without the white space between its
-// tokens. Inside a string there is none to drop: valid JSON escapes its control characters.
-func appendCompact(dst, v []byte) []byte {
-	start := 0
-	inString := false
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if inString {
-			switch c {
-			case '\\':
-				i++ // the escaped byte cannot end the string
-			case '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = true
-		case ' ', '\t', '\n', '\r':
-			dst = append(dst, v[start:i]...)
-			start = i + 1
-		}
-	}
-	return append(dst, v[start:]...)
 }
 
 // appendBytea keeps Postgres's hex spelling, \x0a0b, as a string, lowercase. A text that is not
