@@ -27,19 +27,7 @@ func TestGapWidensTheMarkerByItsWholeRange(t *testing.T) {
 	if st := l.Stats(); st.Gaps != 1 {
 		t.Errorf("gaps %d, want 1", st.Gaps)
 	}
-	var b Batch
-	var got *Marker
-	for got == nil {
-		if err := l.Next(context.Background(), &b); err != nil {
-			t.Fatal(err)
-		}
-		for _, it := range b.Items {
-			if it.Kind == KindMarker {
-				m := *it.Marker
-				got = &m
-			}
-		}
-	}
+	got := nextMarker(t, l)
 	if got.First != "t.1" || got.Last != "u.1" || got.Lost != 10 || got.Reason != ReasonTooLarge {
 		t.Errorf("marker %+v, want first t.1, last u.1, lost 10, too_large", *got)
 	}
@@ -82,19 +70,7 @@ func TestRangeOfUnknownLengthLeavesTheCountUnknown(t *testing.T) {
 					t.Fatalf("frame %s admitted, want it lost into the marker", f.pos)
 				}
 			}
-			var b Batch
-			var got *Marker
-			for got == nil {
-				if err := l.Next(context.Background(), &b); err != nil {
-					t.Fatal(err)
-				}
-				for _, it := range b.Items {
-					if it.Kind == KindMarker {
-						m := *it.Marker
-						got = &m
-					}
-				}
-			}
+			got := nextMarker(t, l)
 			first, last := tt.lost[0].first, tt.lost[len(tt.lost)-1].pos
 			if got.First != first || got.Last != last || got.Lost != tt.wantLost {
 				t.Errorf("marker %+v, want first %s, last %s, lost %d", *got, first, last, tt.wantLost)
@@ -105,3 +81,20 @@ func TestRangeOfUnknownLengthLeavesTheCountUnknown(t *testing.T) {
 
 // ReasonTransactionTooLarge is a producer's reason, for the tests.
 const ReasonTransactionTooLarge = stream.ReasonTransactionTooLarge
+
+// nextMarker drains l until the writer is handed a marker, and returns it.
+func nextMarker(t *testing.T, l *Lanes) *Marker {
+	t.Helper()
+	var b Batch
+	for {
+		if err := l.Next(context.Background(), &b); err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range b.Items {
+			if it.Kind == KindMarker {
+				m := *it.Marker
+				return &m
+			}
+		}
+	}
+}

@@ -30,8 +30,10 @@
 // takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
 // not queued yet), then releases it before it queues on the lanes, which have their own lock;
 // a subscribe queues its subscribed and the buffered items under mu. Lock order: mu, then the
-// lanes' lock, then stallMu (a push may arm the stall timer); nothing takes mu while it holds
-// stallMu. Nothing is written to the network under mu.
+// lanes' lock; mu, then stallMu (a push under mu may arm the stall timer, through the lanes'
+// OnStall, which runs once the lanes' lock is released). stallMu and the lanes' lock are never
+// held together, and nothing takes mu while it holds stallMu. Nothing is written to the
+// network under mu.
 //
 // # Lifecycle
 //
