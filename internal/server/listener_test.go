@@ -109,3 +109,29 @@ func TestSocketsPastTheCapAreRefusedAtOnce(t *testing.T) {
 	}
 	held[1].Close()
 }
+
+// TestListenWithABacklog: a backlog from config is set with a second listen(2), and the
+// socket still accepts.
+func TestListenWithABacklog(t *testing.T) {
+	ln, err := listen("127.0.0.1:0", 16)
+	if err != nil {
+		t.Fatalf("listen with a backlog: %v", err)
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+}
