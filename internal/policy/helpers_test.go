@@ -2,7 +2,11 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/filter"
@@ -11,18 +15,18 @@ import (
 // items is the table most tests compile against.
 var items = Table{
 	Columns: []filter.Column{
-		{Name: "id", OID: 20},          // int8
-		{Name: "org_id", OID: 25},      // text
-		{Name: "title", OID: 25},       // text
-		{Name: "qty", OID: 23},         // int4
-		{Name: "price", OID: 1700},     // numeric
-		{Name: "secret", OID: 25},      // text
+		{Name: "id", OID: 20},           // int8
+		{Name: "org_id", OID: 25},       // text
+		{Name: "title", OID: 25},        // text
+		{Name: "qty", OID: 23},          // int4
+		{Name: "price", OID: 1700},      // numeric
+		{Name: "secret", OID: 25},       // text
 		{Name: "updated_at", OID: 1184}, // timestamptz
-		{Name: "tags", OID: 1009},      // text[]
-		{Name: "meta", OID: 3802},      // jsonb
-		{Name: "code", OID: 1042},      // bpchar
-		{Name: "owner", OID: 2950},     // uuid
-		{Name: "done", OID: 16},        // bool
+		{Name: "tags", OID: 1009},       // text[]
+		{Name: "meta", OID: 3802},       // jsonb
+		{Name: "code", OID: 1042},       // bpchar
+		{Name: "owner", OID: 2950},      // uuid
+		{Name: "done", OID: 16},         // bool
 	},
 	Key:      []string{"id"},
 	Identity: "FULL",
@@ -60,3 +64,7 @@ func claims(t testing.TB, s string) *Claims {
 	}
 	return NewClaims(m)
 }
+
+func isErr(v ref.Val) bool { return types.IsError(v) }
+
+func fmtVal(v ref.Val) string { return fmt.Sprint(v.Value()) }

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"reflect"
@@ -198,10 +199,10 @@ func (v imageVal) Value() any     { return v.img }
 
 func isAbsent(v ref.Val) bool {
 	e, ok := v.(*types.Err)
-	return ok && e.Is(errAbsent)
+	return ok && errors.Is(e, errAbsent)
 }
 
-var errAbsent = fmt.Errorf("absent")
+var errAbsent = errors.New("absent")
 
 func absentValue(col string) ref.Val {
 	return types.WrapErr(fmt.Errorf("column %s is absent from this row image (an unchanged value stored out of line, or an old image that holds only the key): %w", col, errAbsent))
@@ -333,7 +334,5 @@ func decodeImage(cols []filter.Column, kinds []kind, need []bool, typ *types.Typ
 	}
 	return img
 }
-
-
 
 func reflectTypeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
