@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -101,6 +102,10 @@ func (a *activation) ResolveName(name string) (any, bool) {
 }
 
 func (a *activation) Parent() interpreter.Activation { return nil }
+
+// activations pools the activations of row rules, evaluated once per group per change: the
+// program does not keep its activation after Eval returns.
+var activations = sync.Pool{New: func() any { return new(activation) }}
 
 // decide runs a decision rule: true is Allow, false Deny, and anything else Error.
 func (c *compiled) decide(act *activation) (Decision, error) {

@@ -405,11 +405,15 @@ func (r *RowRule) Visible(row, old *Image, c *Claims) (Decision, error) {
 	if row == nil {
 		return Error, &EvalError{Rule: r.rule.ref, Detail: "no row image to judge"}
 	}
-	act := activation{auth: c.val, row: imageVal{row}, old: types.NullValue}
+	act := activations.Get().(*activation)
+	*act = activation{auth: c.val, row: row.val, old: types.NullValue}
 	if old != nil {
-		act.old = imageVal{old}
+		act.old = old.val
 	}
-	return r.rule.decide(&act)
+	d, err := r.rule.decide(act)
+	*act = activation{} // hold no claims or rows while pooled
+	activations.Put(act)
+	return d, err
 }
 
 var reflectStrings = reflectTypeOf[[]string]()

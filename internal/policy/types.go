@@ -153,6 +153,7 @@ func (p *rowProvider) FindStructFieldType(name, field string) (*types.FieldType,
 type Image struct {
 	vals []ref.Val // by column position; nil: not read by any rule
 	typ  *types.Type
+	val  ref.Val // the image as a CEL value, made once so evaluations do not box it
 }
 
 // imageVal is an Image as a CEL value of the row type.
@@ -315,6 +316,7 @@ func parseTime(s string) (time.Time, bool) {
 // decodeImage decodes the columns marked in need from a row image, in table order.
 func decodeImage(cols []filter.Column, kinds []kind, need []bool, typ *types.Type, row change.Row) *Image {
 	img := &Image{vals: make([]ref.Val, len(cols)), typ: typ}
+	img.val = imageVal{img}
 	for i, c := range cols {
 		if !need[i] {
 			continue
