@@ -1,12 +1,15 @@
 package config
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/heraldrt/herald/internal/filter"
 	"github.com/heraldrt/herald/internal/policy"
 )
 
@@ -112,4 +115,103 @@ func TestDocsPolicySection(t *testing.T) {
 			t.Errorf("%s: %s holds %q, want %q", configDoc, key, got, strings.Join(want, ", "))
 		}
 	}
+}
+
+// yamlBlocks returns the ```yaml blocks of a markdown file that hold a policy: key.
+func yamlBlocks(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var block []string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case line == "```yaml":
+			in, block = true, nil
+		case line == "```" && in:
+			in = false
+			if text := strings.Join(block, "\n"); strings.Contains(text, "policy:\n  tables:") || strings.Contains(text, "policy:\n  channels:") || strings.HasPrefix(text, "channels:\n  \"") {
+				out = append(out, text)
+			}
+		case in:
+			block = append(block, line)
+		}
+	}
+	return out
+}
+
+// docTables are the tables the documented examples are written against: every column is text,
+// but for the ones named here.
+var docColumnTypes = map[string]uint32{"id": 20, "qty": 23, "total": 1700, "cost": 1700}
+
+// TestPolicyDocExamples loads every policy example of docs/POLICY.md and docs/CONFIG.md and
+// compiles its table rules against tables holding the columns the rules and lists name, so a
+// documented rule that stopped compiling fails here.
+func TestPolicyDocExamples(t *testing.T) {
+	var blocks []string
+	for _, path := range []string{"../../docs/POLICY.md", configDoc} {
+		blocks = append(blocks, yamlBlocks(t, path)...)
+	}
+	if len(blocks) < 6 {
+		t.Fatalf("found %d policy examples, want at least 6", len(blocks))
+	}
+	cols := regexp.MustCompile(`(?:row|old)\.([a-z_]+)|"([a-z_]+)"|\b([a-z_]+)\b`)
+	for i, text := range blocks {
+		if !strings.HasPrefix(text, "policy:") {
+			text = "policy:\n" + indentBlock(text)
+		}
+		c := Default()
+		c.AuthSection.AllowAnonymous = true
+		if err := c.decodeFile("example.yaml", []byte(text)); err != nil {
+			t.Errorf("example %d does not decode: %v\n%s", i, err, text)
+			continue
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("example %d: %v\n%s", i, err, text)
+			continue
+		}
+		p, err := policy.New(c.Policy(), c.PolicyConfig())
+		if err != nil {
+			t.Errorf("example %d: %v", i, err)
+			continue
+		}
+		for name, tr := range c.PolicySection.Tables {
+			// The table has every identifier its rules and lists name, so an unknown column
+			// cannot be the fault; types and syntax can.
+			seen := map[string]bool{}
+			var table policy.Table
+			for _, src := range append([]string{tr.Subscribe, tr.Row, tr.Columns.Rule}, tr.Columns.List...) {
+				for _, m := range cols.FindAllStringSubmatch(src, -1) {
+					n := m[1] + m[2] + m[3]
+					if n == "" || seen[n] {
+						continue
+					}
+					seen[n] = true
+					oid, ok := docColumnTypes[n]
+					if !ok {
+						oid = 25
+					}
+					table.Columns = append(table.Columns, filter.Column{Name: n, OID: oid})
+				}
+			}
+			if !seen["id"] {
+				table.Columns = append(table.Columns, filter.Column{Name: "id", OID: 20})
+			}
+			table.Key, table.Identity = []string{"id"}, "FULL"
+			if _, err := p.Table(name, table); err != nil {
+				t.Errorf("example %d, table %s: %v", i, name, err)
+			}
+		}
+	}
+}
+
+func indentBlock(s string) string {
+	lines := strings.Split(s, "\n")
+	for i := range lines {
+		lines[i] = "  " + lines[i]
+	}
+	return strings.Join(lines, "\n")
 }
