@@ -1,6 +1,8 @@
-// Package session is one client connection, whatever carries it: it answers the client's
-// frames, holds its identity and subscriptions, and owns the writer that drains the
-// connection's lanes onto its Transport.
+// Package session is one client connection, whatever protocol it speaks and whatever carries
+// it: its identity, its subscriptions, its lanes, and the writer that drains them onto its
+// Transport. It speaks in typed operations (Subscribe, Unsubscribe, Publish, Refresh) that a
+// protocol's package calls once it has decoded a request (internal/heraldv1 for herald.v1),
+// returning typed results and client-facing refusals (*fault.Error) for the protocol to encode.
 //
 // # Data path
 //
@@ -13,8 +15,9 @@
 // # Concurrency
 //
 // Three kinds of goroutine touch a Session:
-//   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands) calls Handle,
-//     after AwaitReplyRoom, or TryHandle;
+//   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands), through its
+//     protocol's package, calls the operations, after AwaitReplyRoom or a check of ReplyRoom;
+//     the protocol serialises a connection's requests itself;
 //   - producers (the channel hub, the table router), through the bus, call Push, which never
 //     blocks;
 //   - the writer, Run, is the only goroutine that writes to the Transport.

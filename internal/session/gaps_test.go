@@ -91,12 +91,12 @@ func TestEveryGapTakesOnePath(t *testing.T) {
 		covered[tt.reason] = true
 		t.Run(string(tt.reason), func(t *testing.T) {
 			rec := &recordingTransport{}
-			s, err := New(Config{Lanes: tt.lanes}, Deps{Channels: headChannels{}}, rec, auth.Identity{Subject: "u"})
+			s, err := New(Config{Lanes: tt.lanes, Codec: wire.Codec{}}, Deps{Channels: headChannels{}}, rec, auth.Identity{Subject: "u"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if we := s.Subscribe(&wire.Subscribe{ID: "1", Sub: "s", Channel: "c", From: tt.from}); we != nil {
-				t.Fatal(we)
+			if err := s.Subscribe(context.Background(), SubscribeRequest{Ref: "1", Sub: "s", Channel: "c", From: tt.from}); err != nil {
+				t.Fatal(err)
 			}
 			for _, it := range tt.push {
 				s.Push("s", it)
@@ -130,7 +130,7 @@ func TestEveryGapTakesOnePath(t *testing.T) {
 // after them, never unbounded memory.
 func TestPendingBufferIsBounded(t *testing.T) {
 	rec := &recordingTransport{}
-	s, err := New(Config{Lanes: delivery.Config{MaxDataFrames: 4}}, Deps{}, rec, auth.Identity{Subject: "u"})
+	s, err := New(Config{Lanes: delivery.Config{MaxDataFrames: 4}, Codec: wire.Codec{}}, Deps{}, rec, auth.Identity{Subject: "u"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
 )
@@ -37,28 +38,31 @@ type Transport interface {
 type Channels interface {
 	// Subscribe attaches sub to the channels pattern and event select, and returns the
 	// position it starts after (zero for a pattern spanning channels) and how to detach.
-	Subscribe(s stream.Receiver, sub, pattern, event string) (head wire.Position, unsubscribe func(), err error)
+	Subscribe(s stream.Receiver, sub, pattern, event string) (head stream.Position, unsubscribe func(), err error)
 	// Publish sends data to one channel and returns its position there.
-	Publish(channel, event string, data json.RawMessage) (wire.Position, error)
+	Publish(channel, event string, data json.RawMessage) (stream.Position, error)
 }
 
 // Tables is the table router as a session uses it.
 type Tables interface {
 	// Subscribe validates and attaches a table subscription. A from past the end of the
 	// database's stream is refused with bad_position; nothing at or before a from is
-	// delivered. Errors are *wire.Error.
-	Subscribe(ctx context.Context, s stream.Receiver, f *wire.Subscribe) (TableSubscription, error)
+	// delivered. A refusal is a client-facing error (*fault.Error).
+	Subscribe(ctx context.Context, s stream.Receiver, r SubscribeRequest) (TableSubscription, error)
 }
 
 // TableSubscription is an attached table subscription.
 type TableSubscription struct {
-	Head        wire.Position // the position it starts after
-	Key         []string      // the table's key columns, for the subscribed frame
-	Unsubscribe func()        // detaches it
+	Head        stream.Position // the position it starts after
+	Key         []string        // the table's key columns, for the reply that it is live
+	Unsubscribe func()          // detaches it
 }
 
-// Codec is the protocol a connection speaks, as the session's data path uses it: it encodes
-// the stream's items into that protocol's frames. wire.Codec is herald.v1.
+// Codec is the protocol a connection speaks, as the session uses it: it encodes the stream's
+// items, and the few frames the session queues itself because their place in the stream is
+// the session's to keep (the reply that a subscription is live, ahead of its data) or nobody
+// asked for them (the token's expiry). Everything else a protocol sends it encodes itself and
+// queues with Send. wire.Codec is herald.v1.
 type Codec interface {
 	stream.Encoder // the shared body of a change or a message, encoded once per item
 	// Head is the per-subscription prefix of sub's data frames, for a table subscription or a
@@ -66,6 +70,14 @@ type Codec interface {
 	Head(sub string, table bool) []byte
 	// Gap appends the frame that tells subscription sub about gap g.
 	Gap(dst []byte, sub string, g *stream.Gap) []byte
+	// Subscribed appends the reply to request ref that subscription sub is live after pos
+	// (zero for a pattern spanning channels), with a table's key columns.
+	Subscribed(dst []byte, ref, sub string, pos stream.Position, key []string) []byte
+	// Expiring appends the warning that the token expires at at, in in.
+	Expiring(dst []byte, at time.Time, in time.Duration) []byte
+	// Fault appends the error that answers request ref, or none (""): the one that explains a
+	// close the session decides, say.
+	Fault(dst []byte, ref string, e *fault.Error) []byte
 }
 
 var _ stream.Receiver = (*Session)(nil)
@@ -93,7 +105,8 @@ type Config struct {
 	ClientPublish bool
 	// Lanes bounds each connection's queues. Its EncodeMarker is always the codec's.
 	Lanes delivery.Config
-	// Codec is the protocol the connection speaks. Default wire.Codec, herald.v1.
+	// Codec is the protocol the connection speaks. Required: New refuses a Config without
+	// one. A protocol's package or transport sets it (wire.Codec for herald.v1).
 	Codec Codec
 	// CloseGrace is how long the writer may spend writing the frames that explain a close.
 	// Default 2s.
@@ -132,9 +145,6 @@ func (c Config) withDefaults() Config {
 	if c.Lanes.MaxControlBytes == 0 {
 		c.Lanes.MaxControlBytes = delivery.DefaultMaxControlBytes
 	}
-	if c.Codec == nil {
-		c.Codec = wire.Codec{}
-	}
 	codec := c.Codec
 	c.Lanes.EncodeMarker = func(dst []byte, m delivery.Marker) []byte {
 		// Markers hold the text forms the frames carried, which parse back: the positions
@@ -153,7 +163,11 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports a Config that New would refuse.
+// errNoCodec is New's refusal of a Config without a Codec.
+var errNoCodec = errors.New("session: Config.Codec is not set; the protocol's package or transport sets it")
+
+// Validate reports bounds New would refuse. It does not ask for Codec, which the protocol that
+// serves a connection sets, not the operator's configuration.
 func (c Config) Validate() error {
 	return c.withDefaults().Lanes.Validate()
 }
@@ -173,8 +187,6 @@ type Session struct {
 	transport Transport
 	lanes     *delivery.Lanes
 	log       *slog.Logger
-
-	handleMu sync.Mutex // serializes Handle; taken before mu, never while holding it
 
 	mu       sync.Mutex
 	identity auth.Identity            // guarded by mu
@@ -230,6 +242,9 @@ type pendingGap struct {
 
 // New returns a session for an identity the transport has verified.
 func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error) {
+	if cfg.Codec == nil {
+		return nil, errNoCodec
+	}
 	cfg = cfg.withDefaults()
 	s := &Session{
 		id:        newID(),
@@ -276,22 +291,6 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // Stats is the session's lanes' counters.
 func (s *Session) Stats() delivery.Stats { return s.lanes.Stats() }
 
-// Welcome is the session's welcome frame, answering the connect with id.
-func (s *Session) Welcome(id string) *wire.Welcome {
-	ident := s.Identity()
-	w := &wire.Welcome{ID: id, Version: wire.Version, Session: s.id, Limits: wire.Limits{
-		MaxFrameBytes:    s.cfg.MaxFrameBytes,
-		MaxSubscriptions: s.cfg.MaxSubscriptions,
-		PingInterval:     s.cfg.PingInterval,
-		MaxUnreadReplies: s.cfg.Lanes.MaxControlFrames - s.replyFrames(),
-	}}
-	if !ident.ExpiresAt.IsZero() {
-		w.ExpiresAt = ident.ExpiresAt
-		w.ExpiresIn = ident.ExpiresAt.Sub(s.cfg.Now()).Truncate(time.Second)
-	}
-	return w
-}
-
 // replyFrames and replyBytes are the room on the control lane that one more request needs: a
 // request queues at most two frames (subscribed, then a resumed subscription's resync), and a
 // timer or a producer may queue an unprompted one meanwhile (expiring, an error). A reply quotes
@@ -300,6 +299,15 @@ func (s *Session) Welcome(id string) *wire.Welcome {
 // time once it is empty.
 func (s *Session) replyFrames() int { return min(4, s.cfg.Lanes.MaxControlFrames) }
 func (s *Session) replyBytes() int  { return min(s.cfg.MaxFrameBytes+1024, s.cfg.Lanes.MaxControlBytes) }
+
+// ReplyRoom reports whether the control lane has room now for the replies to one more
+// request: a protocol that cannot make its caller wait (SSE's commands, each on a request of
+// its own) refuses the request when it has not, rather than piling up waiting requests. The
+// caller serialises its requests, so no other request's replies take the room before these.
+func (s *Session) ReplyRoom() bool {
+	ok, _ := s.lanes.ControlRoom(s.replyFrames(), s.replyBytes())
+	return ok
+}
 
 // AwaitReplyRoom waits until the control lane has room for the replies to one more request: a
 // reader calls it before it hands the session the next frame, so a client that sends requests
@@ -331,16 +339,16 @@ func (s *Session) AwaitReplyRoom(ctx context.Context) bool {
 	}
 }
 
-// Send queues a control frame. A control lane that cannot take it means the client is not
-// reading its own replies: the session closes as too slow.
-func (s *Session) Send(f wire.Frame) { s.sendAt("", "", f) }
+// Send queues an encoded control frame: a reply, or an unprompted frame the protocol decided
+// on. The bytes are the lanes' from then on. A control lane that cannot take it means the
+// client is not reading its own replies: the session closes as too slow.
+func (s *Session) Send(frame []byte) { s.sendAt("", "", frame) }
 
 // sendAt is Send for a frame about the subscription with lanes key key, at position pos: the
 // writer's item carries both, for a transport that marks positions (SSE's event ids).
-func (s *Session) sendAt(key, pos string, f wire.Frame) {
-	b, err := wire.AppendFrame(nil, f)
-	if err != nil {
-		s.log.Error("encode a control frame", "type", f.Type(), "error", err)
+func (s *Session) sendAt(key, pos string, b []byte) {
+	if len(b) == 0 {
+		s.log.Error("a control frame did not encode")
 		return
 	}
 	if err := s.lanes.PushControlAt(b, key, pos); err != nil {
@@ -350,10 +358,10 @@ func (s *Session) sendAt(key, pos string, f wire.Frame) {
 	}
 }
 
-// Fail sends err as an error frame and closes the session with code: the error says why.
-func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
-	s.Send(err)
-	s.Close(code, err.Message)
+// fail sends e as an unprompted error and closes the session with code: the error says why.
+func (s *Session) fail(e *fault.Error, code wire.CloseCode) {
+	s.Send(s.cfg.Codec.Fault(nil, "", e))
+	s.Close(code, e.Message)
 }
 
 // Push queues one item of subscription sub: stream.Receiver, which producers deliver to. It
@@ -699,7 +707,7 @@ func (s *Session) armExpiry() {
 		if !warned {
 			// Under mu, so a refresh cannot slip in between the warning and the rearm.
 			warned = true
-			s.Send(&wire.Expiring{ExpiresAt: at, ExpiresIn: at.Sub(now).Truncate(time.Second)})
+			s.Send(s.cfg.Codec.Expiring(nil, at, at.Sub(now).Truncate(time.Second)))
 		}
 		if now.Before(at) {
 			s.expiry = time.AfterFunc(at.Sub(now), fire)
@@ -707,7 +715,7 @@ func (s *Session) armExpiry() {
 			return
 		}
 		s.mu.Unlock()
-		s.Fail(wire.Errorf(wire.CodeTokenExpired, "the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339)), wire.CloseTokenExpired)
+		s.fail(&fault.Error{Code: fault.CodeTokenExpired, Message: fmt.Sprintf("the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339))}, wire.CloseTokenExpired)
 	}
 	d := at.Add(-s.cfg.ExpiryWarning).Sub(s.cfg.Now())
 	if d < 0 {
