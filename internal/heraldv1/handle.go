@@ -40,7 +40,7 @@ func (c *Conn) Send(f wire.Frame) {
 // Fail sends e as an error frame and closes the session with code: the error says why.
 func (c *Conn) Fail(e *wire.Error, code wire.CloseCode) {
 	c.Send(e)
-	c.s.Close(code, e.Message)
+	c.s.Close(reasonOf(code), e.Message)
 }
 
 // Welcome is the welcome frame that opens the session, answering the connect with id ("" on

@@ -53,7 +53,7 @@ func (g *gatedTransport) Write(deadline time.Time, items []delivery.Item) error 
 	return nil
 }
 
-func (g *gatedTransport) Close(wire.CloseCode, string) { g.once.Do(func() { close(g.closed) }) }
+func (g *gatedTransport) Close(session.CloseReason, string) { g.once.Do(func() { close(g.closed) }) }
 
 // fakeChannels attaches every subscription and publishes nothing by itself.
 type fakeChannels struct{}

@@ -238,12 +238,12 @@ func (s *Server) Track(sess *session.Session) func() {
 	s.sessions[sess] = struct{}{}
 	select {
 	case <-s.stopping:
-		sess.Close(wire.CloseShuttingDown, shuttingDown)
+		sess.Close(session.CloseShuttingDown, shuttingDown)
 	default:
 	}
 	s.mu.Unlock()
 	return func() {
-		code := sess.CloseCode()
+		code := heraldv1.CloseCode(sess.CloseReason())
 		s.mu.Lock()
 		// Read under mu, with the move from the live sessions to the ended totals, so a scrape
 		// (laneTotals) counts the session's lanes exactly once, before or after.
@@ -445,7 +445,7 @@ func (s *Server) shutdown(srv *http.Server, served <-chan error, stopBase func()
 	}
 	s.mu.Unlock()
 	for _, sess := range live {
-		sess.Close(wire.CloseShuttingDown, shuttingDown)
+		sess.Close(session.CloseShuttingDown, shuttingDown)
 	}
 	for _, sess := range live {
 		select {

@@ -3,6 +3,10 @@
 // Transport. It speaks in typed operations (Subscribe, Unsubscribe, Publish, Refresh) that a
 // protocol's package calls once it has decoded a request (internal/heraldv1 for herald.v1),
 // returning typed results and client-facing refusals (*fault.Error) for the protocol to encode.
+// The core writes no protocol's bytes itself: it imports no protocol package. What it must queue
+// on its own (a subscription's reply that it is live, ahead of its data; the token's expiring
+// warning and the error that explains an expiry) it has its connection's Codec encode, and it
+// ends a session for a typed CloseReason, which the protocol renders as its own close.
 //
 // # Data path
 //
@@ -32,7 +36,7 @@
 // mu guards the identity and the subscription table; stallMu guards the stall timer. Push
 // takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
 // not queued yet), then releases it before it queues on the lanes, which have their own lock;
-// a subscribe queues its subscribed and the buffered items under mu. Lock order: mu, then the
+// a subscribe queues its reply and the buffered items under mu. Lock order: mu, then the
 // lanes' lock; mu, then stallMu (a push under mu may arm the stall timer, through the lanes'
 // OnStall, which runs once the lanes' lock is released). stallMu and the lanes' lock are never
 // held together, and nothing takes mu while it holds stallMu. Nothing is written to the
@@ -41,11 +45,12 @@
 // # Lifecycle
 //
 // New makes a session for an identity that has already been verified. Run starts the token's
-// expiry timer (the warning, then the close with 4100 at Identity.ExpiresAt) and writes until the
+// expiry timer (the warning, then the close for CloseTokenExpired at Identity.ExpiresAt) and
+// writes until the
 // session closes and returns when its writer has ended, after every subscription has been let
 // go. Close may be called from any goroutine, any number of times: the first call wins. The
 // writer then writes the control frames still queued (the error that explains the close, say)
-// within a short grace period, closes the transport with the code, and ends. A write stuck on a
+// within a short grace period, closes the transport with the reason, and ends. A write stuck on a
 // client that stopped reading cannot hold the close: after the grace period the transport is
 // closed from outside, which fails the write.
 package session

@@ -33,7 +33,7 @@ func (r *recordingTransport) Write(_ time.Time, items []delivery.Item) error {
 	return nil
 }
 
-func (r *recordingTransport) Close(wire.CloseCode, string) {}
+func (r *recordingTransport) Close(CloseReason, string) {}
 
 func (r *recordingTransport) resyncs() []map[string]any {
 	r.mu.Lock()

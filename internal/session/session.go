@@ -16,7 +16,6 @@ import (
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/stream"
-	"github.com/heraldrt/herald/internal/wire"
 )
 
 // Transport is the connection's wire. The session's writer goroutine is the only caller of
@@ -29,9 +28,9 @@ type Transport interface {
 	// timer or goroutine of its own, and a context with a timeout per batch cost the writer
 	// more than a tenth of its time.
 	Write(deadline time.Time, items []delivery.Item) error
-	// Close ends the connection with a close code and a short human reason (the transport
-	// formats it, e.g. with wire.CloseReason).
-	Close(code wire.CloseCode, reason string)
+	// Close ends the connection for reason r, with a short human message; the protocol
+	// renders both (herald.v1: a close code and wire.CloseReason's text).
+	Close(r CloseReason, msg string)
 }
 
 // Channels is the channel hub as a session uses it.
@@ -91,7 +90,7 @@ type Verifier interface {
 type Config struct {
 	// MaxSubscriptions a connection may hold at once. Default 100.
 	MaxSubscriptions int
-	// MaxFrameBytes is the largest client frame read. Default wire.DefaultMaxFrameBytes.
+	// MaxFrameBytes is the largest client frame read. Default DefaultMaxFrameBytes.
 	MaxFrameBytes int
 	// SlowTimeout closes a connection as too slow when its data lane has been losing frames
 	// for this long, one write has been blocked this long, or the replies to its requests have
@@ -120,7 +119,7 @@ func (c Config) withDefaults() Config {
 		c.MaxSubscriptions = 100
 	}
 	if c.MaxFrameBytes <= 0 {
-		c.MaxFrameBytes = wire.DefaultMaxFrameBytes
+		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if c.SlowTimeout <= 0 {
 		c.SlowTimeout = 10 * time.Second
@@ -162,6 +161,10 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// DefaultMaxFrameBytes is the largest client frame read by default: herald.v1's default
+// (wire.DefaultMaxFrameBytes; a test in internal/heraldv1 keeps the two equal).
+const DefaultMaxFrameBytes = 64 << 10
 
 // errNoCodec is New's refusal of a Config without a Codec.
 var errNoCodec = errors.New("session: Config.Codec is not set; the protocol's package or transport sets it")
@@ -205,10 +208,10 @@ type Session struct {
 	// stopWriter ends the writer's wait for the lanes: the first Close calls it, so no goroutine
 	// need watch closing for the writer. Set by Run; guarded by closeMu.
 	stopWriter context.CancelFunc
-	closeWeak  bool           // guarded by closeMu: closed by Lost; a Close may still name the code
-	closeCode  wire.CloseCode // guarded by closeMu
-	closeMsg   string         // guarded by closeMu
-	done       chan struct{}  // closed when Run has ended
+	closeWeak  bool          // guarded by closeMu: closed by Lost; a Close may still name the reason
+	closeWhy   CloseReason   // guarded by closeMu
+	closeMsg   string        // guarded by closeMu
+	done       chan struct{} // closed when Run has ended
 
 	stallMu  sync.Mutex  // taken after mu, if both (see doc.go)
 	stall    *time.Timer // guarded by stallMu: armed while the data lane is stalled, else nil
@@ -333,7 +336,7 @@ func (s *Session) AwaitReplyRoom(ctx context.Context) bool {
 		case <-ctx.Done():
 			return false
 		case <-timeout:
-			s.Close(wire.CloseTooSlow, fmt.Sprintf("the replies to its requests stayed unread for %s", s.cfg.SlowTimeout))
+			s.Close(CloseTooSlow, fmt.Sprintf("the replies to its requests stayed unread for %s", s.cfg.SlowTimeout))
 			return false
 		}
 	}
@@ -353,15 +356,15 @@ func (s *Session) sendAt(key, pos string, b []byte) {
 	}
 	if err := s.lanes.PushControlAt(b, key, pos); err != nil {
 		if errors.Is(err, delivery.ErrControlFull) {
-			s.Close(wire.CloseTooSlow, "replies are not being read")
+			s.Close(CloseTooSlow, "replies are not being read")
 		}
 	}
 }
 
 // fail sends e as an unprompted error and closes the session with code: the error says why.
-func (s *Session) fail(e *fault.Error, code wire.CloseCode) {
+func (s *Session) fail(e *fault.Error, r CloseReason) {
 	s.Send(s.cfg.Codec.Fault(nil, "", e))
-	s.Close(code, e.Message)
+	s.Close(r, e.Message)
 }
 
 // Push queues one item of subscription sub: stream.Receiver, which producers deliver to. It
@@ -426,25 +429,25 @@ func (s *Session) push(key string, head []byte, it *stream.Item) {
 	s.lanes.PushData(delivery.Frame{Head: head, Body: it.Encoded(s.cfg.Codec), Key: key, Pos: it.PosText()})
 }
 
-// Close ends the session with code and reason. The first call wins, except over Lost: a
-// connection that dropped may have dropped because of what the code names (a write that
-// timed out on a client too slow to read), and the code is what gets counted.
-func (s *Session) Close(code wire.CloseCode, reason string) { s.close(code, reason, false) }
+// Close ends the session for reason r, with a short human message. The first call wins,
+// except over Lost: a connection that dropped may have dropped because of what r names (a
+// write that timed out on a client too slow to read), and r is what gets counted.
+func (s *Session) Close(r CloseReason, msg string) { s.close(r, msg, false) }
 
 // Lost ends the session because its connection dropped.
-func (s *Session) Lost(reason string) { s.close(wire.CloseNormal, reason, true) }
+func (s *Session) Lost(reason string) { s.close(CloseNormal, reason, true) }
 
-func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
+func (s *Session) close(r CloseReason, msg string, weak bool) {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closeStarted {
 		if s.closeWeak && !weak {
-			s.closeCode, s.closeMsg, s.closeWeak = code, reason, false
+			s.closeWhy, s.closeMsg, s.closeWeak = r, msg, false
 		}
 		return
 	}
 	s.closeStarted, s.closeWeak = true, weak
-	s.closeCode, s.closeMsg = code, reason
+	s.closeWhy, s.closeMsg = r, msg
 	close(s.closing)
 	s.endLife()
 	if s.stopWriter != nil {
@@ -455,28 +458,28 @@ func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
 		select {
 		case <-s.done:
 		default:
-			c, m := s.closeReason()
-			s.transport.Close(c, m)
+			r, m := s.closeState()
+			s.transport.Close(r, m)
 		}
 	})
 }
 
-func (s *Session) closeReason() (wire.CloseCode, string) {
+func (s *Session) closeState() (CloseReason, string) {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	return s.closeCode, s.closeMsg
+	return s.closeWhy, s.closeMsg
 }
 
-// CloseCode is the code the session closed with; meaningful once Done is closed.
-func (s *Session) CloseCode() wire.CloseCode {
-	c, _ := s.closeReason()
-	return c
+// CloseReason is why the session closed; meaningful once Done is closed.
+func (s *Session) CloseReason() CloseReason {
+	r, _ := s.closeState()
+	return r
 }
 
 // Abort lets go of a session that never ran (its transport refused it before Run): it stops
 // the expiry timer, detaches every subscription and closes the lanes.
 func (s *Session) Abort() {
-	s.close(wire.CloseNormal, "", true)
+	s.close(CloseNormal, "", true)
 	s.mu.Lock()
 	s.closed = true
 	subs := s.subs
@@ -538,7 +541,7 @@ func (s *Session) Run(ctx context.Context) {
 	}
 	cancel()
 	if ctx.Err() != nil {
-		s.Close(wire.CloseShuttingDown, "server shutting down")
+		s.Close(CloseShuttingDown, "server shutting down")
 	}
 	s.finish()
 }
@@ -595,7 +598,7 @@ func (s *Session) write(ctx context.Context, items []delivery.Item) error {
 	// A write that failed once its deadline had passed was cut by it: the client stopped
 	// reading.
 	if err != nil && ctx.Err() == nil && !time.Now().Before(dl) {
-		s.Close(wire.CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
+		s.Close(CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
 	}
 	return err
 }
@@ -618,8 +621,8 @@ func (s *Session) finish() {
 		}
 	}
 	s.lanes.Close()
-	code, msg := s.closeReason()
-	s.transport.Close(code, msg)
+	r, msg := s.closeState()
+	s.transport.Close(r, msg)
 	s.mu.Lock()
 	s.closed = true
 	subs := s.subs
@@ -666,7 +669,7 @@ func (s *Session) checkStall() {
 		s.armStallIn(left)
 		return
 	}
-	s.Close(wire.CloseTooSlow, fmt.Sprintf("the data queue stayed full for %s", s.cfg.SlowTimeout))
+	s.Close(CloseTooSlow, fmt.Sprintf("the data queue stayed full for %s", s.cfg.SlowTimeout))
 }
 
 // disarmStall stops the stall timer for good, as the session ends. A check already running
@@ -715,7 +718,7 @@ func (s *Session) armExpiry() {
 			return
 		}
 		s.mu.Unlock()
-		s.fail(&fault.Error{Code: fault.CodeTokenExpired, Message: fmt.Sprintf("the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339))}, wire.CloseTokenExpired)
+		s.fail(&fault.Error{Code: fault.CodeTokenExpired, Message: fmt.Sprintf("the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339))}, CloseTokenExpired)
 	}
 	d := at.Add(-s.cfg.ExpiryWarning).Sub(s.cfg.Now())
 	if d < 0 {

@@ -54,7 +54,7 @@ func (g *gatedTransport) Write(deadline time.Time, items []delivery.Item) error 
 	return nil
 }
 
-func (g *gatedTransport) Close(wire.CloseCode, string) { g.once.Do(func() { close(g.closed) }) }
+func (g *gatedTransport) Close(CloseReason, string) { g.once.Do(func() { close(g.closed) }) }
 
 // fakeChannels attaches every subscription and publishes nothing by itself.
 type fakeChannels struct{}
@@ -161,7 +161,7 @@ func TestRepliesWaitingUnread(t *testing.T) {
 		if s.AwaitReplyRoom(context.Background()) {
 			t.Fatal("AwaitReplyRoom = true with the replies never taken")
 		}
-		if got := s.CloseCode(); got != wire.CloseTooSlow {
+		if got := s.CloseReason(); got != CloseTooSlow {
 			t.Errorf("close code %s, want too_slow", got)
 		}
 	})
@@ -181,7 +181,7 @@ func (st *stuckTransport) Write(time.Time, []delivery.Item) error {
 	return context.Canceled
 }
 
-func (st *stuckTransport) Close(wire.CloseCode, string) { st.once.Do(func() { close(st.closed) }) }
+func (st *stuckTransport) Close(CloseReason, string) { st.once.Do(func() { close(st.closed) }) }
 
 // TestStalledDataLaneClosesTooSlow: a data lane that keeps losing frames for SlowTimeout closes
 // the session with too_slow; one whose stall ended in time does not.
@@ -189,10 +189,10 @@ func TestStalledDataLaneClosesTooSlow(t *testing.T) {
 	tests := []struct {
 		name    string
 		catchUp bool // the writer catches up before SlowTimeout has passed
-		want    wire.CloseCode
+		want    CloseReason
 	}{
-		{"stalled past the timeout", false, wire.CloseTooSlow},
-		{"caught up in time", true, wire.CloseNormal},
+		{"stalled past the timeout", false, CloseTooSlow},
+		{"caught up in time", true, CloseNormal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,17 +243,17 @@ func TestStalledDataLaneClosesTooSlow(t *testing.T) {
 				// Well past the timeout the stall would have had: nothing closed the session.
 				select {
 				case <-s.Closing():
-					t.Fatalf("a session whose stall ended in time closed with %s", s.CloseCode())
+					t.Fatalf("a session whose stall ended in time closed with %s", s.CloseReason())
 				case <-time.After(4 * slow):
 				}
-				s.Close(wire.CloseNormal, "")
+				s.Close(CloseNormal, "")
 			}
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the session never ended")
 			}
-			if got := s.CloseCode(); got != tt.want {
+			if got := s.CloseReason(); got != tt.want {
 				t.Errorf("close code %s, want %s", got, tt.want)
 			}
 		})

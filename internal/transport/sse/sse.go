@@ -123,7 +123,7 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	if sub != nil {
 		t.urlSub = sub.Sub
 	}
-	s, err := session.New(h.cfg.Session, h.deps, t, ident)
+	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(t), ident)
 	if err != nil {
 		startStream(w, flusher)
 		_, _ = fmt.Fprintf(w, "retry: 2000\n\ndata: {\"type\":\"error\",\"code\":\"internal\",\"status\":500,\"message\":\"the server could not open a session\"}\n\n")
@@ -203,7 +203,7 @@ func (k *keepalive) beat() {
 		}
 		k.failed.Store(true)
 		if errors.Is(err, errBlocked) {
-			k.s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.t.slow))
+			k.s.Close(session.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.t.slow))
 		} else {
 			k.s.Lost("connection lost")
 		}
@@ -302,7 +302,7 @@ type transport struct {
 	done         chan struct{}
 }
 
-var _ session.Transport = (*transport)(nil)
+var _ heraldv1.Carrier = (*transport)(nil)
 
 func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	t.mu.Lock()

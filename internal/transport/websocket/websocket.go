@@ -197,7 +197,7 @@ func (h *Handler) open(t *conn, upgradeToken string) (_ *heraldv1.Conn, untrack 
 		t.closeWith(we, heraldv1.AuthCloseCode(we))
 		return nil, nil, false
 	}
-	s, err := session.New(h.cfg.Session, h.deps, t, ident)
+	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(t), ident)
 	if err != nil {
 		h.log.Error("new session", "error", err)
 		t.closeWith(&wire.Error{ID: connect.ID, Code: wire.CodeInternal, Message: "the server could not open a session"}, wire.CloseInternal)
@@ -347,7 +347,7 @@ const maxMissedPongs = 2
 // to reconnect, since a dead connection says nothing against the client.
 func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
 	p := newPinger(h.base, maxMissedPongs, c.Ping, func() {
-		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
+		s.Close(session.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
 	})
 	p.member = h.pings.Add(p.beat)
 	return p
