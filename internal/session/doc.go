@@ -30,8 +30,22 @@
 // What else it must do on time is done by timers whose callbacks are short and never write to
 // the Transport: the token's expiry (the expiring warning, then the close), the stall check,
 // armed by the lanes' OnStall as the data lane begins losing frames and not while it is not,
-// and the close's grace period. The first Close ends the writer's wait itself, by cancelling
-// the context the writer waits under, rather than a goroutine watching for it.
+// and the close's grace period. Their callbacks are the session's goroutines too: the session's
+// end (Run's, or Abort) lets no more of them start and waits for those running, so none
+// outlives it. The first Close ends the writer's wait itself, by cancelling the context the
+// writer waits under, rather than a goroutine watching for it. A subscribe runs on its
+// caller's goroutine, under the caller's context, cut short by the session's close.
+//
+// # Bounds
+//
+// What a session holds is bounded by count and bytes, each with its overflow rule: the lanes
+// (see delivery: data past its frames or bytes is replaced with a gap marker, control past its
+// frames or bytes closes the session as too slow); the items delivered to a subscription
+// whose reply is not queued yet, held to the data lane's frames and bytes, past which they
+// join one gap marked right after them (replace with a marker); the subscriptions, at most
+// MaxSubscriptions, past which a subscribe is refused; the replies to requests, for which a
+// reader waits for room (AwaitReplyRoom) or a command is refused (ReplyRoom), and which close
+// the session as too slow if they stay unread for SlowTimeout.
 //
 // mu guards the identity and the subscription table; stallMu guards the stall timer. Push
 // takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
@@ -39,8 +53,8 @@
 // a subscribe queues its reply and the buffered items under mu. Lock order: mu, then the
 // lanes' lock; mu, then stallMu (a push under mu may arm the stall timer, through the lanes'
 // OnStall, which runs once the lanes' lock is released). stallMu and the lanes' lock are never
-// held together, and nothing takes mu while it holds stallMu. Nothing is written to the
-// network under mu.
+// held together, and nothing takes mu while it holds stallMu. timerMu is taken alone. Nothing is
+// written to the network under mu.
 //
 // # Lifecycle
 //

@@ -88,11 +88,14 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		// The request's context, cut short by the session's close: what is asked on the
 		// client's behalf is not worth finishing once either has ended.
 		ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
-		stop := context.AfterFunc(s.life, cancel)
+		cut := make(chan struct{})
+		stop := context.AfterFunc(s.life, func() { cancel(); close(cut) })
 		var ts TableSubscription
 		ts, err = s.deps.Tables.Subscribe(ctx, s, r)
 		head, key, unsubscribe = ts.Head, ts.Key, ts.Unsubscribe
-		stop()
+		if !stop() {
+			<-cut // the close's cut is running: it is this call's, so wait for it
+		}
 		cancel()
 	} else {
 		head, unsubscribe, err = s.deps.Channels.Subscribe(s, r.Sub, r.Channel, r.Event)
@@ -136,7 +139,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	if g := su.overflow; g != nil {
 		s.lanes.Gap(su.key, g.first, g.last, g.count, stream.ReasonLaneFull)
 	}
-	su.buffered, su.overflow, su.pending = nil, nil, false
+	su.buffered, su.bufferedBytes, su.overflow, su.pending = nil, 0, nil, false
 	return nil
 }
 

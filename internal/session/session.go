@@ -138,6 +138,9 @@ func (c Config) withDefaults() Config {
 	if c.Lanes.MaxDataFrames == 0 {
 		c.Lanes.MaxDataFrames = delivery.DefaultMaxDataFrames
 	}
+	if c.Lanes.MaxDataBytes == 0 {
+		c.Lanes.MaxDataBytes = delivery.DefaultMaxDataBytes
+	}
 	if c.Lanes.MaxControlFrames == 0 {
 		c.Lanes.MaxControlFrames = delivery.DefaultMaxControlFrames
 	}
@@ -216,6 +219,12 @@ type Session struct {
 	stallMu  sync.Mutex  // taken after mu, if both (see doc.go)
 	stall    *time.Timer // guarded by stallMu: armed while the data lane is stalled, else nil
 	stallEnd bool        // guarded by stallMu: the session has ended; arm no more
+
+	// The session's timers' callbacks (afterFunc) are its goroutines: timers counts those
+	// running, and once timersEnded is set none starts, so the session's end can wait for them.
+	timerMu     sync.Mutex     // taken alone
+	timersEnded bool           // guarded by timerMu
+	timers      sync.WaitGroup // callbacks running; Add only under timerMu, before timersEnded
 }
 
 // subscription is one of the session's subscriptions.
@@ -230,8 +239,9 @@ type subscription struct {
 	// subscribed reply is queued: data delivered meanwhile waits in buffered, so the client
 	// never sees data before subscribed, nor before the resync of a resumed subscription.
 	// Both guarded by the session's mu.
-	pending  bool
-	buffered []*stream.Item
+	pending       bool
+	buffered      []*stream.Item
+	bufferedBytes int // the frames' bytes of buffered: len(head) + the body, per item
 	// overflow is the gap of items delivered while pending past the bound on buffered (the
 	// data lane's frame bound): they join it, and it is marked right after the buffered items.
 	overflow *pendingGap
@@ -380,7 +390,7 @@ func (s *Session) Push(sub string, it *stream.Item) {
 		return // unsubscribed while the producer was delivering
 	}
 	if su.pending {
-		su.buffer(it, s.cfg.Lanes.MaxDataFrames)
+		su.buffer(it, s.cfg.Lanes.MaxDataFrames, s.cfg.Lanes.MaxDataBytes, s.cfg.Codec)
 		s.mu.Unlock()
 		return
 	}
@@ -389,13 +399,24 @@ func (s *Session) Push(sub string, it *stream.Item) {
 	s.push(key, head, it)
 }
 
-// buffer keeps it until the subscription's subscribed is queued, at most max items: past
-// them the items join one gap, so a producer that delivers faster than a subscribe completes
-// cannot grow the session without bound. The caller holds the session's mu.
-func (su *subscription) buffer(it *stream.Item, max int) {
-	if su.overflow == nil && len(su.buffered) < max {
-		su.buffered = append(su.buffered, it)
-		return
+// buffer keeps it until the subscription's reply is queued, at most maxItems items and
+// maxBytes bytes of their frames (the data lane's bounds, which they are queued on next). The
+// overflow rule is the lanes': replace with a marker. Past either bound, the item and every
+// later one join one gap, marked lane_full right after the buffered items, so a producer that
+// delivers faster than a subscribe completes cannot grow the session without bound. The
+// caller holds the session's mu.
+func (su *subscription) buffer(it *stream.Item, maxItems, maxBytes int, codec Codec) {
+	if su.overflow == nil && len(su.buffered) < maxItems {
+		size := 0
+		if it.Gap == nil {
+			// Encoded once per item and codec, and cached: the push that follows reuses it.
+			size = len(su.head) + len(it.Encoded(codec))
+		}
+		if su.bufferedBytes+size <= maxBytes {
+			su.buffered = append(su.buffered, it)
+			su.bufferedBytes += size
+			return
+		}
 	}
 	first, count := it.PosText(), uint64(1)
 	if g := it.Gap; g != nil {
@@ -454,7 +475,7 @@ func (s *Session) close(r CloseReason, msg string, weak bool) {
 		s.stopWriter()
 	}
 	// A writer blocked on a client that stopped reading would hold the close forever.
-	time.AfterFunc(s.cfg.CloseGrace, func() {
+	s.afterFunc(s.cfg.CloseGrace, func() {
 		select {
 		case <-s.done:
 		default:
@@ -493,6 +514,7 @@ func (s *Session) Abort() {
 	}
 	s.lanes.Close()
 	s.disarmStall()
+	s.endTimers()
 }
 
 // Closing is closed once Close has been called.
@@ -635,6 +657,34 @@ func (s *Session) finish() {
 		su.unsubscribe()
 	}
 	s.disarmStall()
+	s.endTimers()
+}
+
+// afterFunc is time.AfterFunc for the session's timers (the token's expiry, the stall check, the
+// close's grace period): the callback runs in a goroutine of the runtime's, and the session
+// owns it. One that fires after the session has ended does not run, and endTimers waits for
+// those already running, so no callback outlives the session.
+func (s *Session) afterFunc(d time.Duration, f func()) *time.Timer {
+	return time.AfterFunc(d, func() {
+		s.timerMu.Lock()
+		if s.timersEnded {
+			s.timerMu.Unlock()
+			return
+		}
+		s.timers.Add(1)
+		s.timerMu.Unlock()
+		defer s.timers.Done()
+		f()
+	})
+}
+
+// endTimers lets no more timer callbacks run and waits for those running. It is the last thing
+// the session's end does, holding no lock: a callback may take any of them.
+func (s *Session) endTimers() {
+	s.timerMu.Lock()
+	s.timersEnded = true
+	s.timerMu.Unlock()
+	s.timers.Wait()
 }
 
 // armStall is the lanes' OnStall: the data lane began losing frames, so a timer is armed to
@@ -645,7 +695,7 @@ func (s *Session) armStallIn(d time.Duration) {
 	s.stallMu.Lock()
 	defer s.stallMu.Unlock()
 	if s.stall == nil && !s.stallEnd {
-		s.stall = time.AfterFunc(d, s.checkStall)
+		s.stall = s.afterFunc(d, s.checkStall)
 	}
 }
 
@@ -713,7 +763,7 @@ func (s *Session) armExpiry() {
 			s.Send(s.cfg.Codec.Expiring(nil, at, at.Sub(now).Truncate(time.Second)))
 		}
 		if now.Before(at) {
-			s.expiry = time.AfterFunc(at.Sub(now), fire)
+			s.expiry = s.afterFunc(at.Sub(now), fire)
 			s.mu.Unlock()
 			return
 		}
@@ -724,5 +774,5 @@ func (s *Session) armExpiry() {
 	if d < 0 {
 		d = 0
 	}
-	s.expiry = time.AfterFunc(d, fire)
+	s.expiry = s.afterFunc(d, fire)
 }

@@ -308,3 +308,33 @@ func sessionGoroutines() int {
 	}
 	return count
 }
+
+// TestTimersEndWithTheSession: the session's end waits for a timer callback that is running,
+// and once it has ended no callback runs: no timer's goroutine outlives the session.
+func TestTimersEndWithTheSession(t *testing.T) {
+	s, err := New(Config{Codec: wire.Codec{}}, Deps{}, newGated(), auth.Identity{Subject: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	s.afterFunc(0, func() { close(started); <-release })
+	<-started
+	ended := make(chan struct{})
+	go func() { s.Abort(); close(ended) }()
+	select {
+	case <-ended:
+		t.Fatal("the session ended while a timer callback was still running")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-ended
+
+	ran := make(chan struct{})
+	fired := s.afterFunc(0, func() { close(ran) })
+	select {
+	case <-ran:
+		t.Fatal("a timer callback ran after the session ended")
+	case <-time.After(20 * time.Millisecond):
+	}
+	fired.Stop()
+}
