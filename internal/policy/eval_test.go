@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -316,6 +317,35 @@ func TestIndexIsSound(t *testing.T) {
 			if hasKey && (state != KeyFound || rk != ck) && state != KeyUnknown {
 				t.Errorf("row %s claims %s: allowed, but row key %q (%v) does not find claim key %q", rs, cs, rk, state, ck)
 			}
+		}
+	}
+}
+
+// TestConcurrentEvaluation: one compiled rule and one decoded image serve many goroutines at
+// once, as the router's groups share them (run with -race).
+func TestConcurrentEvaluation(t *testing.T) {
+	r := tablePolicy(t, TableRules{Row: "row.org_id == auth.org_id && row.qty > 1"}).Row()
+	img := r.Decode(row(t, `{"id":1,"org_id":"acme","qty":5}`))
+	allow, deny := claims(t, `{"org_id":"acme"}`), claims(t, `{"org_id":"other"}`)
+	done := make(chan error)
+	for g := range 4 {
+		go func() {
+			for i := range 200 {
+				c, want := allow, Allow
+				if (i+g)%2 == 1 {
+					c, want = deny, Deny
+				}
+				if d, err := r.Visible(img, nil, c); d != want {
+					done <- fmt.Errorf("goroutine %d, round %d: %v (%v), want %v", g, i, d, err, want)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	}
 }
