@@ -89,12 +89,22 @@ func (p *Policy) Table(name string, t Table) (*TablePolicy, error) {
 	}
 	tp.row = newRowRule(tp, row)
 	tp.rowType = types.NewObjectType(rowTypeName)
+	switch t.Identity {
+	case "DEFAULT", "USING INDEX", "FULL", "NOTHING":
+	default:
+		return nil, &CompileError{Stage: stage, Rule: TableRef(name, RuleRow),
+			Detail: fmt.Sprintf("the table's replica identity %q is not one Postgres has", t.Identity),
+			Fix:    "pass the identity as ALTER TABLE spells it: DEFAULT, USING INDEX, FULL or NOTHING"}
+	}
 	if need := tp.row.oldNeeds(&t); len(need) > 0 {
+		fix := fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL; (Postgres then logs whole old rows of updates and deletes)", name)
+		if len(t.Key) > 0 && t.Identity != "NOTHING" {
+			fix += fmt.Sprintf(", or write the rule over the key columns (%s)", strings.Join(t.Key, ", "))
+		}
 		return nil, &CompileError{Stage: stage, Rule: TableRef(name, RuleRow),
 			Detail: fmt.Sprintf("the rule reads %s, which the old images of %s do not hold under REPLICA IDENTITY %s, so whether a subscriber could see a deleted or updated row could not be told",
 				strings.Join(need, ", "), name, t.Identity),
-			Fix: fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL; (Postgres then logs whole old rows of updates and deletes), or write the rule over the key columns (%s)",
-				name, strings.Join(t.Key, ", "))}
+			Fix: fix}
 	}
 	if len(r.Columns) > 0 {
 		for i, c := range r.Columns {
@@ -152,6 +162,11 @@ func (tp *TablePolicy) Subscribe(c *Claims, filterJSON json.RawMessage, columns 
 // Columns returns the columns an identity may see, in table order: every column without a
 // columns rule or list. Its Decision is Allow, or Error when the rule could not answer, or
 // answered with a name that is no column, or left out a key column.
+//
+// They are the table as far as that identity is concerned: checking its filter against them
+// alone (filter.Parse) refuses a filter on a hidden column as on a column that does not exist,
+// and the refusal lists only these; a requested column outside them is refused the same way.
+// Call it again when the identity's claims change (a token refresh).
 func (tp *TablePolicy) Columns(c *Claims) ([]string, Decision, error) {
 	if tp == nil {
 		return nil, Deny, nil
