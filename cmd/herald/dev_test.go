@@ -33,3 +33,14 @@ func TestDevPolicyIsPrintedAndValid(t *testing.T) {
 		}
 	}
 }
+
+func TestPolicyNotEnforcedWarning(t *testing.T) {
+	cfg := config.Default()
+	if msg := policyNotEnforced(cfg); msg != "" {
+		t.Errorf("no rules: warning %q, want none", msg)
+	}
+	devPolicy(cfg)
+	if msg := policyNotEnforced(cfg); !strings.Contains(msg, "does not enforce them") {
+		t.Errorf("rules: warning %q, want one saying they are not enforced", msg)
+	}
+}
