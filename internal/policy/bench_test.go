@@ -49,8 +49,8 @@ func BenchmarkDecode(b *testing.B) {
 //   - per_subscriber: the rule once per subscriber, as a per-socket check would;
 //   - per_group: once per group of subscribers with equal values of the claims the rule reads
 //     (GroupKey): one per tenant;
-//   - indexed: the groups filed by their claim key (ClaimKey), looked up by the row's key
-//     (RowKey): only the groups the equality lets through are evaluated;
+//   - indexed: the groups filed in Groups by their claim key, and only the Candidates for the
+//     row evaluated: those the rule's top-level equality lets through;
 //   - no_rule: no policy, the subscribers found by an index on org_id as a filter's are, for
 //     the cost of finding them alone.
 //
@@ -76,15 +76,10 @@ func BenchmarkTenants(b *testing.B) {
 		}
 	}
 	var groupList []*group
-	byKey := map[string][]*group{}
-	var unkeyed []*group
+	index := NewGroups[*group](r)
 	for _, g := range groups {
 		groupList = append(groupList, g)
-		if k, ok := r.ClaimKey(g.claims); ok {
-			byKey[k] = append(byKey[k], g)
-		} else {
-			unkeyed = append(unkeyed, g)
-		}
+		index.Add(g, g.claims)
 	}
 	if len(groupList) != tenants {
 		b.Fatalf("%d groups, want %d", len(groupList), tenants)
@@ -132,19 +127,12 @@ func BenchmarkTenants(b *testing.B) {
 	b.Run("indexed", func(b *testing.B) {
 		run(b, func(i int) (evals, delivered int) {
 			img := r.Decode(rows[i])
-			cands := unkeyed
-			switch k, state := r.RowKey(rows[i]); state {
-			case KeyFound:
-				cands = append(byKey[k], unkeyed...)
-			case KeyUnknown:
-				cands = groupList
-			}
-			for _, g := range cands {
+			index.Candidates(rows[i], func(g *group) {
 				evals++
 				if d, _ := r.Visible(img, nil, g.claims); d == Allow {
 					delivered += g.n
 				}
-			}
+			})
 			return
 		})
 	})

@@ -34,7 +34,7 @@
 // auth.app_metadata.tenant): subscribers with equal values there (GroupKey) get the same
 // answer on every row, so one evaluation serves them all. A top-level equality between a row
 // column and a claim (row.org_id == auth.org_id, alone or under &&) also indexes the groups:
-// ClaimKey files a group by its claim value, RowKey finds the groups a row can be visible to,
-// and the rest are not evaluated at all. So a change costs one evaluation per group it may
+// Groups files each group by its claim value (ClaimKey), and Candidates visits only those a row
+// can be visible to (RowKey); the rest are not evaluated at all. So a change costs one evaluation per group it may
 // reach, not one per socket.
 package policy

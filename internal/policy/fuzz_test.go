@@ -69,8 +69,14 @@ func FuzzRowRules(f *testing.F) {
 				}
 			}
 			_ = r.GroupKey(c)
-			_, _ = r.ClaimKey(c)
-			_, _ = r.RowKey(newRow)
+			// The index never leaves out a group the rule does not deny.
+			gs := NewGroups[int](r)
+			gs.Add(0, c)
+			found := false
+			gs.Candidates(newRow, func(int) { found = true })
+			if d, err := r.Visible(nimg, oimg, c); d != Deny && !found {
+				t.Fatalf("%s: %v (%v) for claims the index leaves out", r.Ref(), d, err)
+			}
 		}
 	})
 }
