@@ -25,6 +25,11 @@ const (
 	// DefaultMaxCost is the cost one evaluation may reach, in CEL's cost units (about one per
 	// operation, one per element a comprehension visits). A rule over a row and a few claims
 	// costs tens; the bound stops a comprehension over a large claim from running away.
+	//
+	// Only rules with a comprehension (the macros exists, all, exists_one, map, filter) are
+	// tracked. Without one, a rule runs at most one operation per node of its tree (at most
+	// MaxRuleBytes of text), each linear in its operands: it cannot run away, and tracking
+	// would cost it several times its own evaluation (BenchmarkVisible).
 	DefaultMaxCost = 10_000
 )
 
@@ -120,10 +125,11 @@ func newEnv(k ruleKind, cols []filter.Column) (*cel.Env, *rowProvider, error) {
 
 // compiled is one checked rule and its program.
 type compiled struct {
-	ref  string
-	src  string
-	prg  cel.Program
-	info analysis
+	ref     string
+	src     string
+	prg     cel.Program
+	info    analysis
+	tracked bool // the program enforces the cost bound: the rule has a comprehension
 }
 
 // source is one rule's text and what to call it.
@@ -188,11 +194,16 @@ func compile(s source, cols []filter.Column, maxCost uint64) (*compiled, *Compil
 			return nil, e
 		}
 	}
-	prg, err := env.Program(checked, cel.CostLimit(maxCost), cel.EvalOptions(cel.OptOptimize))
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	tracked := hasComprehension(root)
+	if tracked {
+		opts = append(opts, cel.CostLimit(maxCost))
+	}
+	prg, err := env.Program(checked, opts...)
 	if err != nil {
 		return nil, &CompileError{Stage: stage, Rule: s.ref, Detail: "cannot plan the rule: " + err.Error()}
 	}
-	return &compiled{ref: s.ref, src: s.text, prg: prg, info: info}, nil
+	return &compiled{ref: s.ref, src: s.text, prg: prg, info: info, tracked: tracked}, nil
 }
 
 // checkOutput requires a decision rule to answer a bool and a columns rule a list of names. A
@@ -371,6 +382,18 @@ func (sh *shadowing) at(s source) *CompileError {
 	return &CompileError{Stage: stage, Rule: s.ref, Line: loc.Line(), Column: loc.Column() + 1,
 		Detail: fmt.Sprintf("a macro binds %q, which is the name of a variable of the rule", sh.name),
 		Fix:    "name the macro's variable otherwise, e.g. x in list.exists(x, ...)"}
+}
+
+// hasComprehension reports whether the tree holds a comprehension: the only construct whose
+// work grows with the data rather than with the rule.
+func hasComprehension(root ast.Expr) bool {
+	found := false
+	visit(root, func(e ast.Expr) {
+		if e.Kind() == ast.ComprehensionKind {
+			found = true
+		}
+	})
+	return found
 }
 
 // visit calls fn on every expression of the tree, parents first.

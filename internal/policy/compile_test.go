@@ -204,3 +204,19 @@ func TestAnalysis(t *testing.T) {
 		})
 	}
 }
+
+// TestCostTracking: the cost bound is enforced on rules with a comprehension, the only ones
+// whose work grows with the data, and only on them.
+func TestCostTracking(t *testing.T) {
+	for rule, want := range map[string]bool{
+		"row.org_id == auth.org_id":                        false,
+		"row.title.startsWith(auth.prefix) && row.qty > 2": false,
+		"auth.orgs.exists(o, o == row.org_id)":             true,
+		"row.tags.all(t, t != 'x')":                        true,
+		"[1, 2].map(x, x * 2).size() == 2":                 true,
+	} {
+		if got := tablePolicy(t, TableRules{Row: rule}).Row().rule.tracked; got != want {
+			t.Errorf("%s: tracked = %v, want %v", rule, got, want)
+		}
+	}
+}
