@@ -82,7 +82,7 @@ func (brokenChannels) Subscribe(stream.Receiver, string, string, string) (stream
 // the verifier's, and a producer's, each mapped to its code.
 func TestReplies(t *testing.T) {
 	tests := []struct {
-		name  string
+		name   string
 		cfg    session.Config
 		deps   session.Deps
 		before []wire.Frame // handled first, each answered by one frame
