@@ -7,7 +7,7 @@
 #   bench_say / bench_die      a message on stderr, prefixed with bench_name (die exits 1)
 #   bench_need TOOL HINT       die with HINT unless TOOL is on PATH
 #   bench_pgtool NAME          the path of a PostgreSQL program (HERALD_TESTENV_PGBIN, else PATH)
-#   bench_whole VAR...         die unless each named variable holds a positive whole number
+#   bench_whole NAME VALUE...  die unless each VALUE is a positive whole number (NAME says which)
 #   bench_build OUT BEFORE     build BEFORE (git archive) and the working tree into OUT/{before,after}/herald
 #   bench_file_limit           raise the open-file soft limit to the hard one; how many sessions a node holds
 #   bench_run OUT LOG CMD...   run CMD in the background (stdout to OUT, stderr to LOG) and wait;
@@ -37,10 +37,10 @@ bench_pgtool() {
 	command -v "$1" || bench_die "no $1 in HERALD_TESTENV_PGBIN or on PATH; install the PostgreSQL client (Debian: apt-get install postgresql-client)"
 }
 
-bench_whole() {
-	local v
-	for v in "$@"; do
-		[[ ${!v} =~ ^[1-9][0-9]*$ ]] || bench_die "$v=${!v}: want a positive whole number"
+bench_whole() { # NAME VALUE [NAME VALUE]...
+	while [ $# -ge 2 ]; do
+		[[ $2 =~ ^[1-9][0-9]*$ ]] || bench_die "$1=$2: want a positive whole number"
+		shift 2
 	done
 }
 
