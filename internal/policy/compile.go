@@ -126,7 +126,6 @@ func newEnv(k ruleKind, cols []filter.Column) (*cel.Env, *rowProvider, error) {
 // compiled is one checked rule and its program.
 type compiled struct {
 	ref     string
-	src     string
 	prg     cel.Program
 	info    analysis
 	tracked bool // the program enforces the cost bound: the rule has a comprehension
@@ -203,7 +202,7 @@ func compile(s source, cols []filter.Column, maxCost uint64) (*compiled, *Compil
 	if err != nil {
 		return nil, &CompileError{Stage: stage, Rule: s.ref, Detail: "cannot plan the rule: " + err.Error()}
 	}
-	return &compiled{ref: s.ref, src: s.text, prg: prg, info: info, tracked: tracked}, nil
+	return &compiled{ref: s.ref, prg: prg, info: info, tracked: tracked}, nil
 }
 
 // checkOutput requires a decision rule to answer a bool and a columns rule a list of names. A

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -431,4 +432,5 @@ func (r *RowRule) Visible(row, old *Image, c *Claims) (Decision, error) {
 	return d, err
 }
 
-var reflectStrings = reflectTypeOf[[]string]()
+// reflectStrings is the native type a columns rule's answer converts to.
+var reflectStrings = reflect.TypeFor[[]string]()

@@ -336,5 +336,3 @@ func decodeImage(cols []filter.Column, kinds []kind, need []bool, typ *types.Typ
 	}
 	return img
 }
-
-func reflectTypeOf[T any]() reflect.Type { return reflect.TypeFor[T]() }
