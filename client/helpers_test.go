@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"github.com/heraldrt/herald/internal/policy"
 	"io"
 	"log/slog"
 	"testing"
@@ -39,7 +40,9 @@ func baseConfig() server.Config {
 		PingInterval:    5 * time.Second,
 		Auth:            auth.Config{Secrets: []string{testSecret}},
 		Session:         session.Config{MaxSubscriptions: 8, ClientPublish: true},
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Open to everyone, written out: a server without rules is closed.
+		Policy: policy.Open("public.items"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 

@@ -263,6 +263,7 @@ func TestResumeAfterKill(t *testing.T) {
 		"HERALD_CHANGEFEED_DATABASE_URL=" + url,
 		"HERALD_CHANGEFEED_SLOT=" + slot,
 		"HERALD_CHANGEFEED_TABLES=public.items,public.filler",
+		"HERALD_CONFIG=" + openPolicyFile(t, "public.items", "public.filler"),
 		"HERALD_CHANGEFEED_FULL_IDENTITY_TABLES=public.items",
 		// The slot confirms nothing while the test runs, so the restarted node re-reads all of it.
 		"HERALD_CHANGEFEED_STATUS_INTERVAL=10m",

@@ -34,13 +34,13 @@ func TestDevPolicyIsPrintedAndValid(t *testing.T) {
 	}
 }
 
-func TestPolicyNotEnforcedWarning(t *testing.T) {
+func TestPolicyClosedWarning(t *testing.T) {
 	cfg := config.Default()
-	if msg := policyNotEnforced(cfg); msg != "" {
-		t.Errorf("no rules: warning %q, want none", msg)
+	if msg := policyClosed(cfg); !strings.Contains(msg, "every table and channel is closed") {
+		t.Errorf("no rules: warning %q, want one saying everything is closed", msg)
 	}
 	devPolicy(cfg)
-	if msg := policyNotEnforced(cfg); !strings.Contains(msg, "does not enforce them") {
-		t.Errorf("rules: warning %q, want one saying they are not enforced", msg)
+	if msg := policyClosed(cfg); msg != "" {
+		t.Errorf("rules: warning %q, want none", msg)
 	}
 }

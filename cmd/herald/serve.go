@@ -46,20 +46,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *printConfig {
 		return printRedacted(stdout, cfg)
 	}
-	if msg := policyNotEnforced(cfg); msg != "" {
-		newLogger(cfg, stderr).Warn(msg, "tables", len(cfg.PolicySection.Tables), "channels", len(cfg.PolicySection.Channels))
+	if msg := policyClosed(cfg); msg != "" {
+		newLogger(cfg, stderr).Warn(msg)
 	}
 	return serve(ctx, cfg, stderr, nil)
 }
 
-// policyNotEnforced warns, while the policy gate is checked at load but not yet enforced, that
-// configured rules protect nothing: someone who wrote them must not believe otherwise.
-func policyNotEnforced(cfg *config.Config) string {
-	if len(cfg.PolicySection.Tables) == 0 && len(cfg.PolicySection.Channels) == 0 {
+// policyClosed warns that a node without policy rules serves nothing: every table and channel
+// is closed until a rule opens it, which surprises whoever upgrades from a version without a
+// policy.
+func policyClosed(cfg *config.Config) string {
+	if len(cfg.PolicySection.Tables) > 0 || len(cfg.PolicySection.Channels) > 0 {
 		return ""
 	}
-	return "policy rules are configured and checked, but this version does not enforce them yet: " +
-		"any authenticated client may subscribe to any streamed table and read every column (docs/POLICY.md, Status)"
+	return "no policy rules are configured, so every table and channel is closed: no client may subscribe or publish; " +
+		"open what clients may use under policy.tables and policy.channels (docs/POLICY.md)"
 }
 
 func printRedacted(w io.Writer, cfg *config.Config) error {

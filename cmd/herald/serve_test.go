@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +119,23 @@ func healthy(t *testing.T, admin string) {
 			t.Fatalf("admin %s: %d", path, resp.StatusCode)
 		}
 	}
+}
+
+// openPolicyFile writes a config file whose policy opens tables, and every channel, to
+// everyone, written out as a node without rules is closed; it returns its path.
+func openPolicyFile(t *testing.T, tables ...string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("policy:\n  channels:\n    \"**\": {subscribe: \"true\", publish: \"true\"}\n")
+	if len(tables) > 0 {
+		b.WriteString("  tables:\n")
+		for _, tb := range tables {
+			fmt.Fprintf(&b, "    %s: {row: \"true\"}\n", tb)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "herald.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

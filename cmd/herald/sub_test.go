@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/heraldrt/herald/internal/policy"
 	"io"
 	"log/slog"
 	"net/http"
@@ -47,7 +48,9 @@ func startNodeWith(t *testing.T, cf *changefeed.Config) (base string) {
 		Auth:            auth.Config{AllowAnonymous: true},
 		Session:         session.Config{MaxSubscriptions: 4},
 		Changefeed:      cf,
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Open to everyone, written out: a server without rules is closed.
+		Policy: policy.Open(tablesOf(cf)...),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -291,4 +294,12 @@ func slotFor(t *testing.T, dbURL string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimPrefix(u.Path, "/")
+}
+
+// tablesOf is the tables cf streams; none without it.
+func tablesOf(cf *changefeed.Config) []string {
+	if cf == nil {
+		return nil
+	}
+	return cf.Tables
 }

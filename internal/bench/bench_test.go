@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/heraldrt/herald/internal/policy"
 	"io"
 	"log/slog"
 	"os"
@@ -32,7 +33,9 @@ func startServer(t *testing.T, anonymous bool) string {
 		APIKeys:         []string{testAPIKey},
 		Auth:            auth.Config{AllowAnonymous: anonymous, Secrets: []string{"0123456789abcdef0123456789abcdef-bench"}},
 		Session:         session.Config{MaxSubscriptions: 4},
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Open to everyone, written out: a server without rules is closed.
+		Policy: policy.Open(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

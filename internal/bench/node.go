@@ -13,11 +13,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/heraldrt/herald/internal/devpg"
 )
@@ -32,6 +35,10 @@ type NodeConfig struct {
 	Table string
 	// MaxConnections is the node's limits.max_connections. Default 10000.
 	MaxConnections int
+	// RowRule is the table's row rule in the node's policy (docs/POLICY.md). Empty: "true",
+	// every row to everyone. The node's policy opens every channel, and the table, to
+	// everyone, written out in the config file it is started with.
+	RowRule string
 	// Log receives the node's own log (warnings and errors). Nil discards it.
 	Log io.Writer
 	// Logger receives what the private PostgreSQL does. Nil discards it.
@@ -48,6 +55,7 @@ type Node struct {
 
 	cmd    *exec.Cmd
 	db     *devpg.Server
+	dir    string        // the node's config file's directory, removed by Stop
 	exited chan struct{} // closed when the process has been waited for
 	stderr *tailBuffer
 
@@ -104,7 +112,14 @@ func StartNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 			"HERALD_CHANGEFEED_TABLES="+table[0]+"."+table[1])
 	}
 
-	n.cmd = exec.Command(cfg.Binary, "serve")
+	if n.dir, err = os.MkdirTemp("", "herald-bench-"); err != nil {
+		return n, fmt.Errorf("make a directory for the node's config: %w", err)
+	}
+	conf := filepath.Join(n.dir, "herald.yaml")
+	if err := os.WriteFile(conf, nodePolicy(cfg), 0o600); err != nil {
+		return n, fmt.Errorf("write the node's config: %w", err)
+	}
+	n.cmd = exec.Command(cfg.Binary, "serve", "--config", conf)
 	n.cmd.Env = append(parentEnv(), env...)
 	n.cmd.Stdout = n.stderr
 	n.cmd.Stderr = n.stderr
@@ -183,8 +198,40 @@ func (n *Node) Stop(ctx context.Context) error {
 				n.stopErr = err
 			}
 		}
+		if n.dir != "" {
+			_ = os.RemoveAll(n.dir)
+		}
 	})
 	return n.stopErr
+}
+
+// nodePolicy is the node's config file: its policy, which opens every channel and the bench
+// table to everyone (a node without rules is closed), the table's rows through cfg.RowRule.
+func nodePolicy(cfg NodeConfig) []byte {
+	type tableRules struct {
+		Row string `yaml:"row"`
+	}
+	type channelRules struct {
+		Subscribe string `yaml:"subscribe"`
+		Publish   string `yaml:"publish"`
+	}
+	pol := map[string]any{"channels": map[string]channelRules{"**": {Subscribe: "true", Publish: "true"}}}
+	if cfg.Table != "" {
+		row := cfg.RowRule
+		if row == "" {
+			row = "true"
+		}
+		name := cfg.Table
+		if !strings.Contains(name, ".") {
+			name = "public." + name
+		}
+		pol["tables"] = map[string]tableRules{name: {Row: row}}
+	}
+	b, err := yaml.Marshal(map[string]any{"policy": pol})
+	if err != nil {
+		panic(err) // plain strings and maps always marshal
+	}
+	return b
 }
 
 func freePort() (int, error) {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"github.com/heraldrt/herald/internal/policy"
 	"io"
 	"log/slog"
 	"net/http"
@@ -41,6 +42,8 @@ func startTableServer(t *testing.T) (url, dbURL string) {
 			StatusInterval: 200 * time.Millisecond,
 			SilenceTimeout: 5 * time.Second,
 		},
+		// Open to everyone, written out: a server without rules is closed.
+		Policy: policy.Open("public.bench_items"),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

@@ -128,6 +128,7 @@ type Error struct {
 	Code    Code
 	Field   string // the offending field of the request, e.g. "filter" or "columns[2]"
 	Message string // what failed and how to fix it, for a person; never a secret
+	Sub     string // the subscription an unprompted error concerns, e.g. a policy_error
 	Err     error  // the underlying cause, for logs; not sent
 }
 

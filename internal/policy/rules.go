@@ -68,3 +68,17 @@ func TableRef(table string, rule RuleName) string {
 func ChannelRef(pattern string, rule RuleName) string {
 	return "policy.channels." + strconv.Quote(pattern) + "." + string(rule)
 }
+
+// Open returns the rules that open the named tables, every row and column, and every channel
+// (subscribe, publish and presence) to everyone: written out, as opening anything must be.
+// For development nodes and tests; a production policy names what it opens and to whom.
+func Open(tables ...string) Rules {
+	r := Rules{Channels: map[string]ChannelRules{"**": {Subscribe: "true", Publish: "true", Presence: "true"}}}
+	if len(tables) > 0 {
+		r.Tables = map[string]TableRules{}
+		for _, t := range tables {
+			r.Tables[t] = TableRules{Row: "true"}
+		}
+	}
+	return r
+}

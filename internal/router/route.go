@@ -7,6 +7,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/stream"
 )
 
@@ -74,6 +75,11 @@ type routing struct {
 	// the key), read from the new image; built at most once per change.
 	keyOld   change.Row
 	keyOldOK bool
+	// The current change's images as the table's row rule reads them, decoded at most once
+	// per change and shared by every group's evaluation.
+	imAfter, imOld     *policy.Image
+	imAfterOK, imOldOK bool
+	denied             *atomicCounter // the table's rows_denied
 }
 
 // shaped is one change view, shared by the subscribers of one op, column list and old image:
@@ -104,6 +110,7 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 	clear(rt.items) // the scratch space must not keep items alive
 	rt.items = rt.items[:0]
 	rt.keyOld, rt.keyOldOK = nil, false
+	rt.imAfter, rt.imOld, rt.imAfterOK, rt.imOldOK, rt.denied = nil, nil, false, false, nil
 
 	if e.Op == change.Truncate {
 		t.each(func(en *entry) {
@@ -145,6 +152,10 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 				m.en.seen = rt.r.gen
 			}
 			if v.gap {
+				if v.err != nil {
+					rt.policyGap(m, e, idx, v.err)
+					continue
+				}
 				rt.gap(m, e, idx)
 				continue
 			}
@@ -208,38 +219,108 @@ func keyOf(row change.Row, key []string) change.Row {
 }
 
 // decision is what one group's subscribers need of one change: a frame, a gap, or nothing
-// (op is "").
+// (op is ""). err is set, with gap, when the group's row rule failed: a policy_error.
 type decision struct {
 	op      stream.Op
 	row     change.Row
 	old     change.Row
 	keyOnly bool
 	gap     bool
+	err     error
+}
+
+// judge decides whether group g may see row image row: its filter, then, where the filter
+// does not rule the row out, its row rule. after says row is the new image of the change,
+// and old is then the image before it (nil for an insert). A rule that denies makes the
+// answer False; one that fails returns its error, and the answer must not be read as
+// visible. counted says a denial withholds the row (rows_denied).
+func (rt *routing) judge(g *group, e *change.Event, row change.Row, after bool, old change.Row, counted bool) (filter.Result, error) {
+	res := rt.eval(g, row)
+	if g.rule == nil || res == filter.False {
+		return res, nil
+	}
+	var im, oldIm *policy.Image
+	if after {
+		im = rt.afterImage(g.rule, row)
+		if old != nil {
+			oldIm = rt.oldImage2(g.rule, old)
+		}
+	} else {
+		im = rt.oldImage2(g.rule, row)
+	}
+	rt.r.ruleEvals.Add(1)
+	d, err := g.rule.Visible(im, oldIm, g.claims)
+	switch d {
+	case policy.Allow:
+		return res, nil
+	case policy.Deny:
+		if counted {
+			if rt.denied == nil {
+				rt.denied = rt.r.deniedFor(e.Table)
+			}
+			rt.denied.Add(1)
+		}
+		return filter.False, nil
+	}
+	rt.r.ruleErrs.Add(1)
+	if err == nil {
+		err = &policy.EvalError{Rule: g.rule.Ref(), Detail: "the rule did not decide"}
+	}
+	return filter.Unknown, err
+}
+
+func (rt *routing) afterImage(rule *policy.RowRule, row change.Row) *policy.Image {
+	if !rt.imAfterOK {
+		rt.imAfter, rt.imAfterOK = rule.Decode(row), true
+	}
+	return rt.imAfter
+}
+
+// oldImage2 decodes the change's image before it: every caller passes the same one per change
+// (the delete's row, or the update's old image as oldImage gives it).
+func (rt *routing) oldImage2(rule *policy.RowRule, row change.Row) *policy.Image {
+	if !rt.imOldOK {
+		rt.imOld, rt.imOldOK = rule.Decode(row), true
+	}
+	return rt.imOld
 }
 
 // view decides, once for a group, what its subscribers' view needs of change e (see the
-// package doc's table).
+// package doc's table). A row rule's answer joins the filter's: a row is in view when both
+// say so. A rule that fails is a policy_error gap, never a guess.
 func (rt *routing) view(g *group, e *change.Event) decision {
 	switch e.Op {
 	case change.Insert:
-		switch rt.eval(g, e.After) {
-		case filter.True:
+		is, err := rt.judge(g, e, e.After, true, nil, true)
+		switch {
+		case err != nil:
+			return decision{op: stream.OpInsert, gap: true, err: err}
+		case is == filter.True:
 			return decision{op: stream.OpInsert, row: e.After}
-		case filter.Unknown:
+		case is == filter.Unknown:
 			return decision{op: stream.OpInsert, gap: true}
 		}
 	case change.Delete:
-		if rt.eval(g, e.Before) != filter.False {
+		was, err := rt.judge(g, e, e.Before, false, nil, true)
+		switch {
+		case err != nil:
+			return decision{op: stream.OpDelete, gap: true, err: err}
+		case was != filter.False:
 			return decision{op: stream.OpDelete, old: e.Before, keyOnly: e.BeforeKeyOnly}
 		}
 	case change.Update:
 		old, keyOnly := rt.oldImage(e)
 		was := filter.Unknown
+		var wasErr error
 		if old != nil {
-			was = rt.eval(g, old)
+			was, wasErr = rt.judge(g, e, old, false, nil, false)
 		}
-		is := rt.eval(g, e.After)
+		is, isErr := rt.judge(g, e, e.After, true, old, true)
 		switch {
+		case isErr != nil:
+			return decision{op: stream.OpUpdate, gap: true, err: isErr}
+		case wasErr != nil:
+			return decision{op: stream.OpUpdate, gap: true, err: wasErr}
 		case is == filter.Unknown:
 			// A column the filter reads is absent from the new image (an unchanged value
 			// stored out of line, with no full old image to fill it from): whether the row
@@ -281,6 +362,19 @@ func (rt *routing) gap(m *member, e *change.Event, idx uint32) {
 	rt.r.bus.Deliver(m.target, m.sub, stream.NewGap(&stream.Gap{First: at, Last: at, Reason: stream.ReasonIncompleteImage}))
 	rt.r.delivered.Add(1)
 	rt.r.gaps.Add(1)
+}
+
+// policyGap tells one subscriber that its row rule failed on change idx of e: the change is
+// withheld, and a gap covering it says so (policy_error), naming the rule. Every other
+// subscriber's view is untouched.
+func (rt *routing) policyGap(m *member, e *change.Event, idx uint32, err error) {
+	rule := ""
+	if ee, ok := err.(*policy.EvalError); ok {
+		rule = ee.Rule
+	}
+	at := stream.TablePosition(e.LSN, idx)
+	rt.r.bus.Deliver(m.target, m.sub, stream.NewGap(&stream.Gap{First: at, Last: at, Reason: stream.ReasonPolicyError, Rule: rule}))
+	rt.r.delivered.Add(1)
 }
 
 // send hands the subscriber its view of change idx of e: one item per op, column list and old

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/stream"
 )
 
@@ -88,10 +89,22 @@ func (t *TableInfo) logged(col string) bool {
 	return false
 }
 
+// Gate gives each table's compiled policy (internal/policy).
+type Gate interface {
+	// Table returns the rules of a schema-qualified table: nil for a table without rules,
+	// which is closed. An error (a *fault.Error) when the rules cannot be told yet, such as
+	// before they were compiled against the tables' columns.
+	Table(table string) (*policy.TablePolicy, error)
+}
+
 // Config configures a Router.
 type Config struct {
 	// Schema reads table columns. Required.
 	Schema Schema
+	// Gate, when set, is the policy every subscription and every row passes through: a table
+	// without rules is closed. Without one, every table is open to everyone, every row and
+	// every column: for tests of the routing alone.
+	Gate Gate
 	// Tables, when set, are the only tables that may be subscribed to: those the changefeed
 	// streams.
 	Tables []string
@@ -103,6 +116,7 @@ type Config struct {
 type Router struct {
 	schema  Schema
 	bus     Bus
+	gate    Gate            // nil: no policy
 	allowed map[string]bool // nil: any table
 
 	mu     sync.RWMutex
@@ -116,6 +130,9 @@ type Router struct {
 	delivered atomic.Uint64 // frames handed to targets
 	evals     atomic.Uint64 // filter evaluations
 	gaps      atomic.Uint64 // resyncs for changes whose effect on a view could not be told
+	ruleEvals atomic.Uint64 // row rule evaluations
+	ruleErrs  atomic.Uint64 // row rule evaluations that failed: policy_error resyncs
+	denied    sync.Map      // table name -> *atomic.Uint64: rows a row rule withheld
 }
 
 // New returns a router.
@@ -126,7 +143,7 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Bus == nil {
 		return nil, fmt.Errorf("router: no bus")
 	}
-	r := &Router{schema: cfg.Schema, bus: cfg.Bus, tables: map[string]*table{}}
+	r := &Router{schema: cfg.Schema, bus: cfg.Bus, gate: cfg.Gate, tables: map[string]*table{}}
 	if len(cfg.Tables) > 0 {
 		r.allowed = map[string]bool{}
 		for _, t := range cfg.Tables {
@@ -146,6 +163,12 @@ type Stats struct {
 	// change affected a subscriber's view.
 	Gaps          uint64
 	Subscriptions int
+	// RuleEvaluations counts row rule evaluations, one per group of subscribers sharing a
+	// filter and the claim values the rule reads; RuleErrors those that failed.
+	RuleEvaluations, RuleErrors uint64
+	// RowsDenied counts, by table, the row images a row rule withheld from a group of
+	// subscribers whose filter let them through.
+	RowsDenied map[string]uint64
 }
 
 // Stats returns the router's counters.
@@ -156,7 +179,13 @@ func (r *Router) Stats() Stats {
 		n += t.count
 	}
 	r.mu.RUnlock()
-	return Stats{Routed: r.routed.Load(), Delivered: r.delivered.Load(), Evaluations: r.evals.Load(), Gaps: r.gaps.Load(), Subscriptions: n}
+	denied := map[string]uint64{}
+	r.denied.Range(func(k, v any) bool {
+		denied[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return Stats{Routed: r.routed.Load(), Delivered: r.delivered.Load(), Evaluations: r.evals.Load(), Gaps: r.gaps.Load(),
+		Subscriptions: n, RuleEvaluations: r.ruleEvals.Load(), RuleErrors: r.ruleErrs.Load(), RowsDenied: denied}
 }
 
 // Seed sets the position subscriptions start after when the stream goes live at start (an
@@ -185,6 +214,9 @@ type Request struct {
 	Columns []string
 	Sub     string
 	Target  stream.Receiver
+	// Claims are the subscriber's verified claims, which the table's policy judges. nil reads
+	// as the anonymous identity's.
+	Claims *policy.Claims
 }
 
 // Subscription is an attached table subscription as its client learns it.
@@ -194,6 +226,10 @@ type Subscription struct {
 	Head stream.Position
 	// Key names the table's key columns, which every change frame carries.
 	Key []string
+	// Recheck judges the subscription again for new claims (a token refresh): nil when they
+	// still allow it, and it then follows them; a *fault.Error (forbidden, policy_error) when
+	// they do not, and the caller ends it. Safe to call until the subscription is detached.
+	Recheck func(c *policy.Claims) error
 }
 
 // Subscribe validates req against the table and attaches it. It returns where the
@@ -222,6 +258,18 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	if !live {
 		return Subscription{}, nil, errNotLive()
 	}
+	var tp *policy.TablePolicy
+	if r.gate != nil {
+		var err error
+		if tp, err = r.gate.Table(table); err != nil {
+			return Subscription{}, nil, err
+		}
+		if tp == nil {
+			// Closed: no rules. The same answer whether or not the table exists.
+			return Subscription{}, nil, &fault.Error{Code: fault.CodeForbidden, Field: "table",
+				Message: fmt.Sprintf("no policy rule lets this identity subscribe to table %q", req.Table)}
+		}
+	}
 	info, err := r.schema.Table(ctx, table)
 	if err != nil {
 		return Subscription{}, nil, err
@@ -233,7 +281,18 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownTable, Field: "table",
 			Message: fmt.Sprintf("table %q is not streamed by this server: name it as schema.table, or ask the operator to add it to Herald's publication", req.Table)}
 	}
-	f, err := filter.Parse(req.Filter, cols)
+	claims := req.Claims
+	if claims == nil {
+		claims = policy.NewClaims(nil)
+	}
+	// The columns this identity may see are the table as far as it is concerned: its filter
+	// and its column list are checked against them alone, so a hidden column is refused as
+	// one that does not exist, and no message names it.
+	visible, err := visibleColumns(tp, claims, cols)
+	if err != nil {
+		return Subscription{}, nil, err
+	}
+	f, err := filter.Parse(req.Filter, visible)
 	if err != nil {
 		return Subscription{}, nil, filterError(err)
 	}
@@ -244,7 +303,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	if req.Columns != nil {
 		project = map[string]bool{}
 		known := map[string]bool{}
-		for _, c := range cols {
+		for _, c := range visible {
 			known[c.Name] = true
 		}
 		for i, c := range req.Columns {
@@ -259,8 +318,20 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		for _, k := range info.Key {
 			project[k] = true
 		}
+	} else if len(visible) < len(cols) {
+		project = map[string]bool{}
+		for _, c := range visible {
+			project[c.Name] = true
+		}
+	}
+	if err := subscribeRule(tp, claims, req); err != nil {
+		return Subscription{}, nil, err
 	}
 	e := &entry{sub: req.Sub, target: req.Target, filter: f, columns: project, shape: shapeOf(project)}
+	if tp != nil {
+		e.rule, e.claims = tp.Row(), claims
+		e.gkey = e.rule.GroupKey(claims)
+	}
 	types := map[string]filter.Type{}
 	for _, c := range cols {
 		types[c.Name] = filter.TypeOf(c.OID)
@@ -281,15 +352,103 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	r.mu.Unlock()
 
 	var once sync.Once
-	return Subscription{Head: stream.TablePosition(head, 0), Key: info.Key}, func() {
+	sub := Subscription{Head: stream.TablePosition(head, 0), Key: info.Key}
+	if tp != nil {
+		sub.Recheck = func(c *policy.Claims) error {
+			return r.recheck(tp, table, t, e, req, visible, c, types)
+		}
+	}
+	return sub, func() {
 		once.Do(func() {
 			r.mu.Lock()
+			e.detached = true
 			if t.remove(e) {
 				delete(r.tables, table)
 			}
 			r.mu.Unlock()
 		})
 	}, nil
+}
+
+// visibleColumns returns the columns of cols the identity may see: every one without a policy.
+func visibleColumns(tp *policy.TablePolicy, c *policy.Claims, cols []filter.Column) ([]filter.Column, error) {
+	if tp == nil {
+		return cols, nil
+	}
+	names, d, err := tp.Columns(c)
+	switch d {
+	case policy.Deny:
+		return nil, &fault.Error{Code: fault.CodeForbidden, Message: "no policy rule lets this identity see the table's columns"}
+	case policy.Error:
+		return nil, policyError(err)
+	}
+	out := make([]filter.Column, 0, len(names))
+	for _, col := range cols {
+		if slices.Contains(names, col.Name) {
+			out = append(out, col)
+		}
+	}
+	return out, nil
+}
+
+// subscribeRule asks the table's subscribe rule.
+func subscribeRule(tp *policy.TablePolicy, c *policy.Claims, req Request) error {
+	if tp == nil {
+		return nil
+	}
+	d, err := tp.Subscribe(c, req.Filter, req.Columns)
+	switch d {
+	case policy.Deny:
+		return &fault.Error{Code: fault.CodeForbidden,
+			Message: fmt.Sprintf("the policy's subscribe rule for table %q does not let this identity subscribe with this filter and column list", req.Table)}
+	case policy.Error:
+		return policyError(err)
+	}
+	return nil
+}
+
+// policyError is a rule that could not decide, as the client learns it: the rule's name, never
+// the detail, which may name a column the client may not see (the detail goes to the log).
+func policyError(err error) error {
+	rule := "a policy rule"
+	if ee, ok := err.(*policy.EvalError); ok {
+		rule = ee.Rule
+	}
+	return &fault.Error{Code: fault.CodePolicyError,
+		Message: rule + " could not decide for this identity (a server configuration problem, not a denial); retry later, and report it if it persists",
+		Err:     err}
+}
+
+// recheck judges a subscription again for new claims: its columns, then its subscribe rule.
+// When they still allow it, the subscription follows the new claims from the next change on
+// (its row rule's group is the new claims'). The columns it may see must be those it was made
+// with: its filter and its rows were checked against them.
+func (r *Router) recheck(tp *policy.TablePolicy, table string, t *table, e *entry, req Request, was []filter.Column, c *policy.Claims, types map[string]filter.Type) error {
+	visible, err := visibleColumns(tp, c, was)
+	if err != nil {
+		return err
+	}
+	if names, _, _ := tp.Columns(c); len(visible) != len(was) || len(names) != len(was) {
+		return &fault.Error{Code: fault.CodeForbidden,
+			Message: fmt.Sprintf("the columns of table %q this identity may see changed with the new token; subscribe again", req.Table)}
+	}
+	if err := subscribeRule(tp, c, req); err != nil {
+		return err
+	}
+	gkey := e.rule.GroupKey(c)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.detached {
+		return nil
+	}
+	if gkey == e.gkey {
+		// Same answer on every row; the group's claims stand for the new ones too.
+		return nil
+	}
+	t.remove(e)
+	e.claims, e.gkey = c, gkey
+	t.add(e, types)
+	return nil
 }
 
 // errNotLive refuses a subscription until the stream is live: there is no position it could
@@ -361,4 +520,16 @@ func shapeOf(cols map[string]bool) string {
 	}
 	slices.Sort(names)
 	return "\x00" + strings.Join(names, "\x00")
+}
+
+// atomicCounter is one table's rows_denied.
+type atomicCounter = atomic.Uint64
+
+// deniedFor returns table's rows_denied counter.
+func (r *Router) deniedFor(table string) *atomicCounter {
+	if c, ok := r.denied.Load(table); ok {
+		return c.(*atomicCounter)
+	}
+	c, _ := r.denied.LoadOrStore(table, new(atomicCounter))
+	return c.(*atomicCounter)
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/stream"
 )
 
@@ -14,16 +15,24 @@ type entry struct {
 	shape   string          // the column list's name, shared by subscriptions with the same list
 	col     string          // the indexed column, or "" when the subscription is in scan
 	keys    []string        // its index keys
-	fkey    string          // its filter's canonical text: subscriptions with one filter share a group
+	fkey    string          // its group's name: the filter's canonical text and the row rule's GroupKey
 	seen    uint64          // the routing generation that last sent to it (in lists only); owned by Accept
+
+	rule     *policy.RowRule // the table's row rule; nil without a policy
+	claims   *policy.Claims  // the subscriber's claims, which the row rule judges
+	gkey     string          // rule.GroupKey(claims): the claim values the rule reads
+	detached bool            // unsubscribed: a recheck must not file it again
 }
 
-// group is the subscriptions of one table that share a filter (and an index key): the filter
-// is evaluated once per change for all of them, however many sockets hold it. Its members are
+// group is the subscriptions of one table that share a filter (and an index key) and, under a
+// policy, the values of the claims the row rule reads: the filter and the rule are evaluated
+// once per change for all of them, however many sockets hold it. Its members are
 // a slice of what delivery needs, copied from their entries: delivering to a group walks
 // contiguous memory instead of chasing one pointer per subscriber.
 type group struct {
 	filter  *filter.Filter
+	rule    *policy.RowRule // nil: no policy
+	claims  *policy.Claims  // one member's claims: the rule answers every member alike
 	members []member
 	multi   int    // members indexed under several keys (an in list), which need dedupe
 	seen    uint64 // the routing generation that last collected it; owned by Accept
@@ -44,7 +53,7 @@ type groups map[string]*group
 func (gs groups) add(e *entry) {
 	g := gs[e.fkey]
 	if g == nil {
-		g = &group{filter: e.filter}
+		g = &group{filter: e.filter, rule: e.rule, claims: e.claims}
 		gs[e.fkey] = g
 	}
 	g.members = append(g.members, member{sub: e.sub, target: e.target, shape: e.shape, columns: e.columns, en: e})
@@ -106,8 +115,14 @@ func newTable() *table {
 
 func (t *table) add(e *entry, types map[string]filter.Type) {
 	t.count++
+	e.fkey = ""
 	if e.filter != nil {
 		e.fkey = e.filter.String()
+	}
+	if e.rule != nil {
+		e.fkey += "\x1f" + e.gkey
+	}
+	if e.filter != nil {
 		if col, keys, ok := e.filter.IndexKeys(); ok && len(keys) > 0 {
 			c := t.byCol[col]
 			if c == nil {

@@ -37,7 +37,9 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 			Lanes:            c.Lanes(),
 			Logger:           log,
 		},
-		Auth:   c.Auth(),
-		Logger: log,
+		Auth:         c.Auth(),
+		Policy:       c.Policy(),
+		PolicyConfig: c.PolicyConfig(),
+		Logger:       log,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/heraldrt/herald/internal/policy"
 	"io"
 	"log/slog"
 	"net/http"
@@ -40,7 +41,9 @@ func baseConfig() Config {
 		PingInterval:    5 * time.Second,
 		Auth:            auth.Config{Secrets: []string{testSecret}},
 		Session:         session.Config{MaxSubscriptions: 4},
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Open to everyone, written out: a server without rules is closed.
+		Policy: policy.Open("public.items"),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 

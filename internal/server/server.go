@@ -24,9 +24,11 @@ import (
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/bus"
+	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/heraldv1"
+	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/sse"
@@ -65,6 +67,11 @@ type Config struct {
 	Auth auth.Config
 	// Changefeed, when set, streams the database's changes to table subscriptions.
 	Changefeed *changefeed.Config
+	// Policy is who may subscribe, publish and see which rows and columns
+	// (docs/POLICY.md). The zero Rules is closed: no table or channel may be subscribed to
+	// or published on. PolicyConfig bounds each evaluation.
+	Policy       policy.Rules
+	PolicyConfig policy.Config
 	// Ready, when set, is asked by /readyz: nil means ready, an error says why not.
 	Ready  func() error
 	Logger *slog.Logger
@@ -103,9 +110,13 @@ type Server struct {
 	bus      *bus.Memory
 	channels *channels
 	tables   *tables // nil without a changefeed
-	metrics  *metrics
-	feed     *changefeed.Feed // nil without a changefeed
-	schema   *pgSchema        // nil without a changefeed
+	policy   *gate
+	// policyFailed carries the error that stopped the policy's compilation once the stream
+	// went live: the node stops with it.
+	policyFailed chan error
+	metrics      *metrics
+	feed         *changefeed.Feed // nil without a changefeed
+	schema       *pgSchema        // nil without a changefeed
 
 	conns       atomic.Int64                  // sessions admitted and not yet ended
 	maxSessions atomic.Int64                  // the session limit: limits.max_connections, or less to fit the open-file limit
@@ -133,6 +144,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	pol, err := policy.New(cfg.Policy, cfg.PolicyConfig)
+	if err != nil {
+		return nil, err
+	}
 	// One node: every receiver is a local session. The Redis bus goes here for many nodes.
 	b := bus.NewMemory()
 	chans, err := newChannels(b, cfg.MaxPublishBytes)
@@ -149,6 +164,16 @@ func New(cfg Config) (*Server, error) {
 		closes:   map[wire.CloseCode]uint64{},
 		stopping: make(chan struct{}),
 		ready:    make(chan struct{}),
+		policy:   &gate{p: pol},
+
+		policyFailed: make(chan error, 1),
+	}
+	if cfg.Changefeed == nil {
+		if n := len(pol.Tables()); n > 0 {
+			cfg.Logger.Warn("policy.tables has rules, but no changefeed streams tables (changefeed.database_url is unset): they are not used", "tables", n)
+		}
+		// Nothing to compile them against: no table can be subscribed to.
+		s.policy.loaded = true
 	}
 	if cfg.Changefeed != nil {
 		fc := *cfg.Changefeed
@@ -162,12 +187,23 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := router.New(router.Config{Schema: schema, Tables: fc.Tables, Bus: b})
+		r, err := router.New(router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy})
 		if err != nil {
 			schema.Close()
 			return nil, err
 		}
-		fc.OnStream = r.Seed
+		// The table rules compile once the stream is live, when the publication they read the
+		// tables through exists; until then the router is not live, and a subscription waits.
+		fc.OnStream = func(start change.LSN) {
+			if err := s.policy.load(context.Background(), schema); err != nil {
+				select {
+				case s.policyFailed <- err:
+				default:
+				}
+				return
+			}
+			r.Seed(start)
+		}
 		feed, err := changefeed.New(fc, r)
 		if err != nil {
 			schema.Close()
@@ -308,7 +344,7 @@ func (s *Server) Run(ctx context.Context) error {
 	// that tells clients to reconnect elsewhere, before their I/O is cut.
 	base, stopBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBase()
-	deps := session.Deps{Channels: s.channels, Verifier: s.verifier}
+	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy}
 	if s.tables != nil {
 		deps.Tables = s.tables
 	}
@@ -378,6 +414,11 @@ func (s *Server) Run(ctx context.Context) error {
 		_ = srv.Close()
 		<-served
 		return fmt.Errorf("serve health and metrics: %w", err)
+	case err := <-s.policyFailed:
+		if serr := s.shutdown(srv, served, stopBase); serr != nil {
+			s.log.Warn("shutdown after the policy failed to compile", "error", serr)
+		}
+		return err
 	case err := <-feedStopped:
 		feedEnded = true
 		if err == nil {

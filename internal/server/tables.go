@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/stream"
@@ -43,8 +45,12 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 		// check below is already held back.
 		target = &floor{Receiver: s, from: f.From}
 	}
-	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target})
+	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target,
+		Claims: policy.NewClaims(f.Identity.Claims)})
 	ts := session.TableSubscription{Head: sub.Head, Key: sub.Key, Unsubscribe: unsubscribe}
+	if sub.Recheck != nil {
+		ts.Recheck = func(id auth.Identity) error { return sub.Recheck(policy.NewClaims(id.Claims)) }
+	}
 	if err != nil || f.From.LSN <= sub.Head.LSN {
 		return ts, err
 	}

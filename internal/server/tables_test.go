@@ -326,9 +326,10 @@ func TestSubscribedOnAFreshNodeCarriesAPosition(t *testing.T) {
 }
 
 // TestTablesOutsideThePublicationAreUnknown: with no table list, the publication decides what
-// streams. A table it does not cover is unknown_table whether or not it exists, and nothing
-// about its columns leaks; a column the publication does not publish (Postgres 15 column
-// lists) cannot be filtered on or asked for.
+// streams. A table it does not cover has no policy rules (they would not compile), so it is
+// refused as closed (forbidden) whether or not it exists, and nothing about its columns leaks;
+// a column the publication does not publish (Postgres 15 column lists) cannot be filtered on
+// or asked for.
 func TestTablesOutsideThePublicationAreUnknown(t *testing.T) {
 	url := testenv.NewDatabase(t)
 	testenv.Exec(t, url, itemsDDL, `CREATE TABLE secret (id int PRIMARY KEY, password_hash text)`)
@@ -346,8 +347,8 @@ func TestTablesOutsideThePublicationAreUnknown(t *testing.T) {
 	waitReady(t, r)
 	c, _ := connect(t, r)
 	for _, tt := range []struct{ frame, code, leak string }{
-		{`{"type":"subscribe","id":"a","sub":"a","table":"public.secret","filter":{"eq":["password_hash","x"]}}`, "unknown_table", "password_hash"},
-		{`{"type":"subscribe","id":"b","sub":"b","table":"public.nothere","filter":{"eq":["x",1]}}`, "unknown_table", `"x"`},
+		{`{"type":"subscribe","id":"a","sub":"a","table":"public.secret","filter":{"eq":["password_hash","x"]}}`, "forbidden", "password_hash"},
+		{`{"type":"subscribe","id":"b","sub":"b","table":"public.nothere","filter":{"eq":["x",1]}}`, "forbidden", `"x"`},
 	} {
 		c.send(tt.frame)
 		m := c.expect("error")

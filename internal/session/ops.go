@@ -36,6 +36,9 @@ type SubscribeRequest struct {
 	// From resumes after this position, the last the client received; zero starts at the
 	// stream's head. Its kind matches the subscription's: the protocol checked it.
 	From stream.Position
+
+	// Identity is who asks: the session sets it, for the producer's policy.
+	Identity auth.Identity
 }
 
 // subscribeTimeout bounds what a subscribe waits for from its producer (a table's catalog
@@ -55,6 +58,12 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		}
 	} else if s.deps.Channels == nil {
 		return &fault.Error{Code: fault.CodeUnavailable, Message: "this server does not serve channels"}
+	}
+	r.Identity = s.Identity()
+	if r.Table == "" && s.deps.Policy != nil {
+		if err := s.deps.Policy.Channel("subscribe", r.Channel, r.Event, r.Identity); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	switch {
@@ -82,6 +91,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		head        stream.Position
 		key         []string
 		unsubscribe func()
+		recheck     func(auth.Identity) error
 		err         error
 	)
 	if r.Table != "" {
@@ -92,13 +102,16 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		stop := context.AfterFunc(s.life, func() { cancel(); close(cut) })
 		var ts TableSubscription
 		ts, err = s.deps.Tables.Subscribe(ctx, s, r)
-		head, key, unsubscribe = ts.Head, ts.Key, ts.Unsubscribe
+		head, key, unsubscribe, recheck = ts.Head, ts.Key, ts.Unsubscribe, ts.Recheck
 		if !stop() {
 			<-cut // the close's cut is running: it is this call's, so wait for it
 		}
 		cancel()
 	} else {
 		head, unsubscribe, err = s.deps.Channels.Subscribe(s, r.Sub, r.Channel, r.Event)
+		if p := s.deps.Policy; p != nil {
+			recheck = func(id auth.Identity) error { return p.Channel("subscribe", r.Channel, r.Event, id) }
+		}
 	}
 	if err == nil {
 		if fe := checkFrom(r, head); fe != nil {
@@ -122,7 +135,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		return nil
 	}
 	defer s.mu.Unlock()
-	su.unsubscribe = unsubscribe
+	su.unsubscribe, su.recheck = unsubscribe, recheck
 	pos := head
 	if !r.From.IsZero() {
 		pos = r.From
@@ -222,6 +235,11 @@ func (s *Session) Publish(channel, event string, data json.RawMessage) (stream.P
 	if s.deps.Channels == nil {
 		return stream.Position{}, &fault.Error{Code: fault.CodeUnavailable, Message: "this server does not serve channels"}
 	}
+	if s.deps.Policy != nil {
+		if err := s.deps.Policy.Channel("publish", channel, event, s.Identity()); err != nil {
+			return stream.Position{}, err
+		}
+	}
 	return s.deps.Channels.Publish(channel, event, data)
 }
 
@@ -265,7 +283,44 @@ func (s *Session) Refresh(token string) (Expiry, error) {
 	s.identity = ident
 	s.armExpiry()
 	s.mu.Unlock()
+	s.recheck(ident)
 	return s.expiryOf(ident), nil
+}
+
+// recheck judges every subscription again for a refreshed identity's claims, and ends each one
+// they no longer allow with an unprompted unsubscribed saying why; the connection stays up.
+// The subscriptions are judged outside mu: a table's recheck takes the router's lock, which
+// is taken before a session's (a producer delivering).
+func (s *Session) recheck(id auth.Identity) {
+	s.mu.Lock()
+	subs := make([]*subscription, 0, len(s.subs))
+	for _, su := range s.subs {
+		if su.recheck != nil && !su.pending {
+			subs = append(subs, su)
+		}
+	}
+	s.mu.Unlock()
+	for _, su := range subs {
+		err := su.recheck(id)
+		if err == nil {
+			continue
+		}
+		fe, ok := err.(*fault.Error)
+		if !ok {
+			fe = &fault.Error{Code: fault.CodeInternal, Message: "the subscription could not be judged again for the new token", Err: err}
+		}
+		s.mu.Lock()
+		if s.subs[su.sub] != su {
+			s.mu.Unlock()
+			continue // ended meanwhile
+		}
+		delete(s.subs, su.sub)
+		// Under mu, as a reply is: nothing of the subscription is queued after it.
+		s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
+		s.mu.Unlock()
+		su.unsubscribe()
+		s.lanes.Forget(su.key)
+	}
 }
 
 // Limits are what the session bounds, for a protocol to announce (herald.v1's welcome).

@@ -55,6 +55,9 @@ type TableSubscription struct {
 	Head        stream.Position // the position it starts after
 	Key         []string        // the table's key columns, for the reply that it is live
 	Unsubscribe func()          // detaches it
+	// Recheck judges it again for a refreshed identity's claims: nil when they still allow
+	// it, a *fault.Error (forbidden, policy_error) when they do not. nil: nothing to judge.
+	Recheck func(auth.Identity) error
 }
 
 // Codec is the protocol a connection speaks, as the session uses it: it encodes the stream's
@@ -77,6 +80,18 @@ type Codec interface {
 	// Fault appends the error that answers request ref, or none (""): the one that explains a
 	// close the session decides, say.
 	Fault(dst []byte, ref string, e *fault.Error) []byte
+	// Ended appends the unprompted reply that the server ended subscription sub, for e (a
+	// refresh whose claims no longer allow it).
+	Ended(dst []byte, sub string, e *fault.Error) []byte
+}
+
+// Policy is the policy gate as a session asks it about channels; table subscriptions ask
+// their producer (Tables), which knows the tables' columns.
+type Policy interface {
+	// Channel decides whether identity id may take action on a channel: "subscribe" (a
+	// channel or a pattern) or "publish" (a channel, with event). nil allows; a refusal is
+	// a *fault.Error: forbidden, or policy_error for a rule that could not decide.
+	Channel(action, channel, event string, id auth.Identity) error
 }
 
 var _ stream.Receiver = (*Session)(nil)
@@ -183,6 +198,10 @@ type Deps struct {
 	Channels Channels // nil: channels are not served
 	Tables   Tables   // nil: tables are not served
 	Verifier Verifier // nil: refresh is refused
+	// Policy judges channel subscriptions and publications. nil: every one is allowed (for
+	// tests of the session alone; a server always sets it, and a channel without rules is
+	// closed).
+	Policy Policy
 }
 
 // Session is one client connection.
@@ -235,6 +254,13 @@ type subscription struct {
 	key         string
 	head        []byte // the data frames' per-subscription prefix, encoded once
 	unsubscribe func()
+	// recheck judges the subscription again for the claims of a refreshed token: nil when it
+	// may go on. nil recheck: nothing to judge.
+	recheck func(auth.Identity) error
+	// toldPolicy is set once the client has been sent the error that explains a policy_error
+	// gap: one per subscription, so a rule failing on every change does not flood the
+	// control lane; the gaps keep coming, merged by the lanes. Guarded by the session's mu.
+	toldPolicy bool
 	// pending is true from the moment the producer attaches the subscription until its
 	// subscribed reply is queued: data delivered meanwhile waits in buffered, so the client
 	// never sees data before subscribed, nor before the resync of a resumed subscription.
@@ -394,9 +420,23 @@ func (s *Session) Push(sub string, it *stream.Item) {
 		s.mu.Unlock()
 		return
 	}
+	if g := it.Gap; g != nil && g.Reason == stream.ReasonPolicyError && !su.toldPolicy {
+		su.toldPolicy = true
+		s.sendAt(su.key, "", s.cfg.Codec.Fault(nil, "", policyFault(sub, g.Rule)))
+	}
 	key, head := su.key, su.head
 	s.mu.Unlock()
 	s.push(key, head, it)
+}
+
+// policyFault is the error that explains a policy_error gap: the rule that failed, never why
+// (the reason may name a column the client may not see; the server's log has it).
+func policyFault(sub, rule string) *fault.Error {
+	if rule == "" {
+		rule = "a policy rule"
+	}
+	return &fault.Error{Code: fault.CodePolicyError, Sub: sub,
+		Message: rule + " could not decide whether this subscription may see a change, so the server withheld it (see the resync); a server configuration problem, not a denial"}
 }
 
 // buffer keeps it until the subscription's reply is queued, at most maxItems items and

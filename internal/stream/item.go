@@ -111,6 +111,9 @@ type Gap struct {
 	Last   Position
 	Lost   uint64 // how many items, when exactly known; 0 when not
 	Reason Reason
+	// Rule names the policy rule that failed, for ReasonPolicyError: policy.tables."t".row.
+	// The receiver tells the client which rule it was (an error frame), never why.
+	Rule string
 }
 
 // Item is one thing a subscription's stream carries: exactly one of Change, Message and Gap.

@@ -59,7 +59,12 @@ func (Codec) Expiring(dst []byte, at time.Time, in time.Duration) []byte {
 
 // Fault appends the error frame for e, answering request ref ("" for an unprompted one).
 func (Codec) Fault(dst []byte, ref string, e *fault.Error) []byte {
-	return appendFrame(dst, &Error{ID: ref, Code: e.Code, Field: e.Field, Message: e.Message})
+	return appendFrame(dst, &Error{ID: ref, Code: e.Code, Field: e.Field, Message: e.Message, Sub: e.Sub})
+}
+
+// Ended appends the unprompted unsubscribed frame: the server ended subscription sub, for e.
+func (Codec) Ended(dst []byte, sub string, e *fault.Error) []byte {
+	return appendFrame(dst, &Unsubscribed{Sub: sub, Code: e.Code, Message: e.Message})
 }
 
 // appendFrame appends f. The frames above carry no raw JSON, which is all AppendFrame can
