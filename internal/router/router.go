@@ -292,8 +292,16 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	if err != nil {
 		return Subscription{}, nil, err
 	}
+	// Under a policy that hides columns from this identity, a refusal never echoes a column
+	// name the table lacks: a hidden column and a missing one are refused alike, and neither
+	// is named, so the answer cannot tell them apart.
+	hides := len(visible) < len(cols)
 	f, err := filter.Parse(req.Filter, visible)
 	if err != nil {
+		if fe, ok := err.(*filter.Error); ok && hides && fe.Code == filter.CodeUnknownColumn {
+			return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownColumn, Field: "filter",
+				Message: fmt.Sprintf("filter at %s names a column that is not one this identity may read; the columns are: %s", fe.Path, columnNames(visible))}
+		}
 		return Subscription{}, nil, filterError(err)
 	}
 	if err := checkIdentity(table, f, &info); err != nil {
@@ -307,6 +315,10 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 			known[c.Name] = true
 		}
 		for i, c := range req.Columns {
+			if !known[c] && hides {
+				return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownColumn, Field: fmt.Sprintf("columns[%d]", i),
+					Message: fmt.Sprintf("columns[%d] is not a column this identity may read; the columns are: %s", i, columnNames(visible))}
+			}
 			if !known[c] {
 				return Subscription{}, nil, &fault.Error{Code: fault.CodeUnknownColumn, Field: fmt.Sprintf("columns[%d]", i),
 					Message: fmt.Sprintf("table %s has no column %q", table, c)}
@@ -532,4 +544,13 @@ func (r *Router) deniedFor(table string) *atomicCounter {
 	}
 	c, _ := r.denied.LoadOrStore(table, new(atomicCounter))
 	return c.(*atomicCounter)
+}
+
+// columnNames lists columns' names for a message.
+func columnNames(cols []filter.Column) string {
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ")
 }

@@ -104,6 +104,13 @@ func newMetrics(s *Server) *metrics {
 			return float64(s.tables.router.Stats().Gaps)
 		})
 		gauge("herald_table_subscriptions", "Live table subscriptions.", func() float64 { return float64(s.tables.router.Stats().Subscriptions) })
+		counter("herald_policy_rule_evaluations_total", "Row rule evaluations (one per group of subscriptions sharing a filter and the claim values the rule reads, per change).", func() float64 {
+			return float64(s.tables.router.Stats().RuleEvaluations)
+		})
+		counter("herald_policy_rule_errors_total", "Row rule evaluations that failed: a policy_error resync for that group's subscriptions.", func() float64 {
+			return float64(s.tables.router.Stats().RuleErrors)
+		})
+		m.reg.MustRegister(deniedCollector{s})
 	}
 	return m
 }
@@ -126,4 +133,20 @@ func (s *Server) laneTotals() (delivery.Stats, map[delivery.DropReason]uint64) {
 	live.MarkersEmitted += s.metrics.endedMarkers
 	live.DataWritten += s.metrics.endedFrames
 	return live, lost
+}
+
+// rowsDenied is herald_policy_rows_denied_total's description.
+var rowsDenied = prometheus.NewDesc("herald_policy_rows_denied_total",
+	"Row images a row rule withheld from a group of subscriptions whose filter let them through, by table.", []string{"table"}, nil)
+
+// deniedCollector reads rows_denied by table from the router when scraped. The tables are
+// those with policy rules, so the series are bounded by the config.
+type deniedCollector struct{ s *Server }
+
+func (c deniedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- rowsDenied }
+
+func (c deniedCollector) Collect(ch chan<- prometheus.Metric) {
+	for table, n := range c.s.tables.router.Stats().RowsDenied {
+		ch <- prometheus.MustNewConstMetric(rowsDenied, prometheus.CounterValue, float64(n), table)
+	}
 }
