@@ -53,7 +53,9 @@ func (s *Interest) ownerKeys(owner string) (keys []string, args []string) {
 	return keys, []string{s.c.prefix + ":", tag}
 }
 
-func (s *Interest) tokenKey(owner, token string) string { return s.c.key("t", ownerTag(owner)) + ":" + token }
+func (s *Interest) tokenKey(owner, token string) string {
+	return s.c.key("t", ownerTag(owner)) + ":" + token
+}
 
 func (s *Interest) socketKey(owner, socket string) string {
 	return s.c.key("s", ownerTag(owner)) + ":" + socket
