@@ -375,6 +375,17 @@ func RunInterest(t *testing.T, newStore NewInterest) {
 		})
 	})
 
+	t.Run("rows past their socket's deadline are gone to readers before any write reaps them", func(t *testing.T) {
+		k := mk(t, interest.Config{TTL: suiteTTL})
+		k.add("quiet", row("t", "dead", "1", "bob"))
+		// Nobody writes under "quiet" again, so nothing reaps the row; only the deadline can
+		// hide it. The keys' own TTL (twice suiteTTL on Redis) has not run out when Rows asks.
+		time.Sleep(suiteTTL + suiteTTL/4)
+		if got := k.rows("quiet", "t"); len(got) != 0 {
+			t.Fatalf("Rows past the deadline = %v, want none", got)
+		}
+	})
+
 	t.Run("the generation outlives the rows", func(t *testing.T) {
 		k := mk(t, interest.Config{TTL: suiteTTL / 2, GenerationTTL: time.Hour})
 		k.add("o", row("t", "s", "1", "alice"))
