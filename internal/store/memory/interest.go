@@ -34,7 +34,9 @@ type owner struct {
 type ref struct{ socket, sub string }
 
 type socket struct {
+	name     string
 	deadline time.Time
+	idx      int               // in owner.deadlines, or -1
 	subs     map[string]string // sub -> token
 	identity map[string]string // sub -> identity
 }
@@ -65,14 +67,30 @@ func (m *Interest) ownerLocked(o string, now time.Time, create bool) *owner {
 	return ow
 }
 
+// sweepBudget is how many other owners an Add looks at to forget the empty ones whose
+// generation expired: constant work per Add, and owners go at least as fast as they come.
+const sweepBudget = 4
+
+// sweepLocked forgets up to sweepBudget owners with no live socket and an expired generation.
+// Map iteration starts at a random place, so every owner is looked at in time.
+func (m *Interest) sweepLocked(now time.Time) {
+	n := 0
+	for o, ow := range m.owners {
+		if n++; n > sweepBudget {
+			return
+		}
+		ow.pruneLocked(now)
+		if len(ow.sockets) == 0 && now.After(ow.genUntil) {
+			delete(m.owners, o)
+		}
+	}
+}
+
 // pruneLocked reaps the sockets of ow past their deadline. It reports whether it dropped rows.
 func (ow *owner) pruneLocked(now time.Time) bool {
 	dropped := false
-	for len(ow.deadlines) > 0 && ow.deadlines[0].at.Before(now) {
-		d := heap.Pop(&ow.deadlines).(deadline)
-		if s := ow.sockets[d.socket]; s != nil && s.deadline.Before(now) {
-			dropped = ow.reapLocked(d.socket) || dropped
-		}
+	for len(ow.deadlines) > 0 && ow.deadlines[0].deadline.Before(now) {
+		dropped = ow.reapLocked(ow.deadlines[0].name) || dropped
 	}
 	return dropped
 }
@@ -85,8 +103,16 @@ func (ow *owner) reapLocked(sock string) bool {
 	for sub := range s.subs {
 		ow.dropLocked(sock, s, sub)
 	}
-	delete(ow.sockets, sock)
+	ow.forgetLocked(s)
 	return true
+}
+
+// forgetLocked removes a socket that holds nothing.
+func (ow *owner) forgetLocked(s *socket) {
+	if s.idx >= 0 {
+		heap.Remove(&ow.deadlines, s.idx)
+	}
+	delete(ow.sockets, s.name)
 }
 
 // dropLocked removes one row; its token stops being watched only when its last row went.
@@ -110,9 +136,13 @@ func (m *Interest) bumpLocked(ow *owner, now time.Time) uint64 {
 	return ow.gen
 }
 
-func (ow *owner) touchLocked(sock string, s *socket, until time.Time) {
+func (ow *owner) touchLocked(s *socket, until time.Time) {
 	s.deadline = until
-	heap.Push(&ow.deadlines, deadline{at: until, socket: sock})
+	if s.idx < 0 {
+		heap.Push(&ow.deadlines, s)
+	} else {
+		heap.Fix(&ow.deadlines, s.idx)
+	}
 }
 
 // Add files r under o.
@@ -126,6 +156,7 @@ func (m *Interest) Add(ctx context.Context, o string, r interest.Row) (uint64, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
+	m.sweepLocked(now)
 	ow := m.ownerLocked(o, now, true)
 	ow.pruneLocked(now)
 	s := ow.sockets[r.Socket]
@@ -138,7 +169,7 @@ func (m *Interest) Add(ctx context.Context, o string, r interest.Row) (uint64, e
 		return 0, interest.LimitError(m.cfg.MaxPerIdentity)
 	}
 	if s == nil {
-		s = &socket{subs: map[string]string{}, identity: map[string]string{}}
+		s = &socket{name: r.Socket, idx: -1, subs: map[string]string{}, identity: map[string]string{}}
 		ow.sockets[r.Socket] = s
 	}
 	// The row lands before its token is watched: in this map the two are one step.
@@ -152,7 +183,7 @@ func (m *Interest) Add(ctx context.Context, o string, r interest.Row) (uint64, e
 	s.subs[r.Sub] = r.Token
 	s.identity[r.Sub] = r.Identity
 	ow.identities[r.Identity]++
-	ow.touchLocked(r.Socket, s, now.Add(m.cfg.TTL))
+	ow.touchLocked(s, now.Add(m.cfg.TTL))
 	return m.bumpLocked(ow, now), nil
 }
 
@@ -183,7 +214,7 @@ func (m *Interest) Remove(ctx context.Context, o, sock, sub string) (uint64, err
 	}
 	ow.dropLocked(sock, s, sub)
 	if len(s.subs) == 0 {
-		delete(ow.sockets, sock)
+		ow.forgetLocked(s)
 	}
 	return m.bumpLocked(ow, now), nil
 }
@@ -234,7 +265,7 @@ func (m *Interest) Refresh(ctx context.Context, o, sock string) (int, error) {
 	// A socket refreshing late, before anyone reaped it, keeps its rows: renew first.
 	s := ow.sockets[sock]
 	if s != nil {
-		ow.touchLocked(sock, s, now.Add(m.cfg.TTL))
+		ow.touchLocked(s, now.Add(m.cfg.TTL))
 	}
 	if ow.pruneLocked(now) {
 		m.bumpLocked(ow, now)
@@ -310,28 +341,31 @@ func (m *Interest) Generation(ctx context.Context, o string) (uint64, error) {
 	defer m.mu.Unlock()
 	now := m.now()
 	ow := m.ownerLocked(o, now, false)
-	if ow == nil || (now.After(ow.genUntil) && ow.gen > 0 && len(ow.sockets) == 0) {
+	if ow == nil {
 		return 0, nil
 	}
 	return ow.gen, nil
 }
 
-// deadline is a socket's deadline as of one Add or Refresh. A socket refreshed since has a
-// later entry too; the stale one is skipped when it comes up.
-type deadline struct {
-	at     time.Time
-	socket string
-}
-
-type deadlineHeap []deadline
+// deadlineHeap orders an owner's sockets by deadline, each socket once; socket.idx is its place.
+type deadlineHeap []*socket
 
 func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h deadlineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *deadlineHeap) Push(x any) {
+	s := x.(*socket)
+	s.idx = len(*h)
+	*h = append(*h, s)
+}
 func (h *deadlineHeap) Pop() any {
 	old := *h
-	d := old[len(old)-1]
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	s.idx = -1
 	*h = old[:len(old)-1]
-	return d
+	return s
 }

@@ -27,7 +27,9 @@ func targets(t *testing.T, run func(t *testing.T, url string)) {
 
 // dial returns a client whose keys start with a prefix of their own, so tests run in parallel
 // on one server, and deletes every key under it when the test ends.
-func dial(t *testing.T, url string) *Client {
+func dial(t *testing.T, url string) *Client { return dialB(t, url) }
+
+func dialB(t testing.TB, url string) *Client {
 	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -52,7 +54,7 @@ func dial(t *testing.T, url string) *Client {
 }
 
 // keysUnder lists every key under c's prefix, on every node of a Cluster.
-func keysUnder(t *testing.T, ctx context.Context, c *Client) []string {
+func keysUnder(t testing.TB, ctx context.Context, c *Client) []string {
 	t.Helper()
 	var keys []string
 	for addr, node := range c.rc.Nodes() {

@@ -226,7 +226,12 @@ func (t *Transport) Flush(ctx context.Context) error {
 
 // Dropped returns how many payloads for node its queue's bounds dropped.
 func (t *Transport) Dropped(node string) uint64 {
-	d := t.dest(node)
+	t.mu.Lock()
+	d := t.dests[node]
+	t.mu.Unlock()
+	if d == nil {
+		return 0
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.dropped
