@@ -44,6 +44,21 @@
 // A truncate reaches every subscriber of the table. A transaction too large for the changefeed
 // to hold (change.Txn.Overflow) reaches every subscriber of each table it touched as a gap.
 //
+// # Policy
+//
+// With a Gate, a subscription is checked against the columns its identity may see (its filter
+// and column list are refused on a hidden column as on a missing one, and its rows projected
+// onto them) and its table's subscribe rule. Each change then passes the table's row rule
+// besides the filter: a row is in view when both say so, so a change of visibility is an
+// enter or a leave exactly as a filter's. The rule's answer depends on the identity only
+// through the claim values it reads (policy.RowRule.GroupKey), which join the filter in
+// naming a group: one evaluation and one encoded body per group, however many subscribers
+// share it. A rule whose top level compares a column with a claim also indexes the groups
+// (policy.Groups for the unindexed-filter groups, the claim key for the others): a change
+// evaluates only the groups whose claim equals the row's value before or after it. A denial
+// is counted by table (rows_denied); an error is a policy_error gap, naming the rule, for that
+// group alone, never a guess.
+//
 // # Output
 //
 // The router knows no protocol. It hands each subscriber a stream.Item, a change view or a

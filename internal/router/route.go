@@ -80,6 +80,11 @@ type routing struct {
 	imAfter, imOld     *policy.Image
 	imAfterOK, imOldOK bool
 	denied             *atomicCounter // the table's rows_denied
+	// The row rule's index keys of the change's images (RowRule.RowKey), and the images
+	// they were read from: after for an insert or update, before for a delete or update.
+	rowAfter, rowBefore     change.Row
+	keyAfter, keyBefore     string
+	stateAfter, stateBefore policy.KeyState
 }
 
 // shaped is one change view, shared by the subscribers of one op, column list and old image:
@@ -91,6 +96,47 @@ type shaped struct {
 	withOld bool
 	keyOnly bool
 	item    *stream.Item
+}
+
+func (rt *routing) collectOne(g *group) {
+	if g.seen != rt.r.gen {
+		g.seen = rt.r.gen
+		rt.cands = append(rt.cands, g)
+	}
+}
+
+// reach reads the row rule's index keys of change e's images, once per change.
+func (rt *routing) reach(rule *policy.RowRule, e *change.Event) {
+	rt.rowAfter, rt.rowBefore = nil, nil
+	rt.stateAfter, rt.stateBefore = policy.KeyNull, policy.KeyNull
+	if e.Op != change.Delete {
+		rt.rowAfter = e.After
+		rt.keyAfter, rt.stateAfter = rule.RowKey(e.After)
+	}
+	switch e.Op {
+	case change.Delete:
+		rt.rowBefore = e.Before
+	case change.Update:
+		rt.rowBefore, _ = rt.oldImage(e)
+	}
+	if rt.rowBefore != nil {
+		rt.keyBefore, rt.stateBefore = rule.RowKey(rt.rowBefore)
+	} else if e.Op == change.Update {
+		rt.stateBefore = policy.KeyUnknown // nothing of the old row is known
+	}
+}
+
+// reachable reports whether group g's row rule may allow one of the change's images: its
+// claim key matches the image's key, or either is unknown. Every other group the rule denies
+// on both, so it need not be evaluated.
+func (rt *routing) reachable(g *group) bool {
+	if !g.keyed {
+		return true
+	}
+	match := func(key string, state policy.KeyState) bool {
+		return state == policy.KeyUnknown || state == policy.KeyFound && key == g.ckey
+	}
+	return match(rt.keyAfter, rt.stateAfter) || match(rt.keyBefore, rt.stateBefore)
 }
 
 func (rt *routing) collect(gs groups) {
@@ -110,6 +156,7 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 	clear(rt.items) // the scratch space must not keep items alive
 	rt.items = rt.items[:0]
 	rt.keyOld, rt.keyOldOK = nil, false
+	rt.rowAfter, rt.rowBefore = nil, nil
 	rt.imAfter, rt.imOld, rt.imAfterOK, rt.imOldOK, rt.denied = nil, nil, false, false, nil
 
 	if e.Op == change.Truncate {
@@ -118,7 +165,24 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 		})
 		return
 	}
-	rt.collect(t.scan)
+	if t.row != nil {
+		rt.reach(t.row, e)
+	}
+	switch {
+	case t.rule == nil:
+		rt.collect(t.scan)
+	case e.Op == change.Update && rt.rowBefore == nil:
+		rt.collect(t.scan) // nothing of the old row is known: any group may have had it
+	default:
+		// Under a row rule with an index equality, only the scan groups whose claim matches
+		// the row's value, before or after, may see the change: the rest are not visited.
+		if rt.rowAfter != nil {
+			t.rule.Candidates(rt.rowAfter, rt.collectOne)
+		}
+		if rt.rowBefore != nil {
+			t.rule.Candidates(rt.rowBefore, rt.collectOne)
+		}
+	}
 	for col, c := range t.byCol {
 		// The subscribers that may see the row now, and those that may have seen it before.
 		rt.lookup(c, e.After, col)
@@ -137,6 +201,9 @@ func (rt *routing) event(t *table, e *change.Event, idx uint32) {
 		}
 	}
 	for _, g := range rt.cands {
+		if g.rule != nil && !rt.reachable(g) {
+			continue // the rule's index equality rules the row out, before and after
+		}
 		v := rt.view(g, e)
 		if v.op == "" {
 			continue

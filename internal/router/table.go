@@ -34,8 +34,12 @@ type group struct {
 	rule    *policy.RowRule // nil: no policy
 	claims  *policy.Claims  // one member's claims: the rule answers every member alike
 	members []member
-	multi   int    // members indexed under several keys (an in list), which need dedupe
-	seen    uint64 // the routing generation that last collected it; owned by Accept
+	multi   int // members indexed under several keys (an in list), which need dedupe
+	// ckey is the group's index key under the row rule's top-level equality with a claim
+	// (RowRule.ClaimKey); keyed is false when it has none, and a row of any key may reach it.
+	ckey  string
+	keyed bool
+	seen  uint64 // the routing generation that last collected it; owned by Accept
 }
 
 // member is one subscription's delivery data within a group.
@@ -50,20 +54,27 @@ type member struct {
 // groups is a set of groups by filter text.
 type groups map[string]*group
 
-func (gs groups) add(e *entry) {
+// add files e in its group, and returns the group if it made one.
+func (gs groups) add(e *entry) (made *group) {
 	g := gs[e.fkey]
 	if g == nil {
 		g = &group{filter: e.filter, rule: e.rule, claims: e.claims}
+		if g.rule != nil {
+			g.ckey, g.keyed = g.rule.ClaimKey(g.claims)
+		}
 		gs[e.fkey] = g
+		made = g
 	}
 	g.members = append(g.members, member{sub: e.sub, target: e.target, shape: e.shape, columns: e.columns, en: e})
 	if len(e.keys) > 1 {
 		g.multi++
 	}
+	return made
 }
 
-// remove detaches e and reports whether the set is now empty.
-func (gs groups) remove(e *entry) bool {
+// remove detaches e, returns its group if that is now empty (and gone), and reports whether
+// the set is now empty.
+func (gs groups) remove(e *entry) (gone *group, empty bool) {
 	if g := gs[e.fkey]; g != nil {
 		for i := range g.members {
 			if g.members[i].en == e {
@@ -79,9 +90,10 @@ func (gs groups) remove(e *entry) bool {
 		}
 		if len(g.members) == 0 {
 			delete(gs, e.fkey)
+			gone = g
 		}
 	}
-	return len(gs) == 0
+	return gone, len(gs) == 0
 }
 
 func (gs groups) has(e *entry) bool {
@@ -100,6 +112,12 @@ type table struct {
 	count int
 	byCol map[string]*column
 	scan  groups // subscriptions no key indexes: evaluated on every change
+	// rule indexes the scan groups by the claim value the table's row rule compares with a
+	// column (policy.Groups), so a change visits only the groups whose claim matches the
+	// row's value; nil until a subscription with a row rule arrives (a table's subscriptions
+	// all have its rule, or none).
+	rule *policy.Groups[*group]
+	row  *policy.RowRule // the table's row rule, once a subscription with one arrives
 }
 
 // column indexes the subscriptions whose filter pins one column to equality values.
@@ -115,6 +133,9 @@ func newTable() *table {
 
 func (t *table) add(e *entry, types map[string]filter.Type) {
 	t.count++
+	if e.rule != nil && t.row == nil {
+		t.row = e.rule
+	}
 	e.fkey = ""
 	if e.filter != nil {
 		e.fkey = e.filter.String()
@@ -142,7 +163,12 @@ func (t *table) add(e *entry, types map[string]filter.Type) {
 			return
 		}
 	}
-	t.scan.add(e)
+	if g := t.scan.add(e); g != nil && g.rule != nil {
+		if t.rule == nil {
+			t.rule = policy.NewGroups[*group](g.rule)
+		}
+		t.rule.Add(g, g.claims)
+	}
 }
 
 // remove detaches e and reports whether the table is now empty.
@@ -151,15 +177,19 @@ func (t *table) remove(e *entry) bool {
 		if !t.scan.has(e) {
 			return false
 		}
-		t.scan.remove(e)
+		if g, _ := t.scan.remove(e); g != nil && t.rule != nil {
+			t.rule.Remove(g)
+		}
 	} else {
 		c := t.byCol[e.col]
 		if c == nil {
 			return false
 		}
 		for _, k := range e.keys {
-			if gs := c.keys[k]; gs != nil && gs.remove(e) {
-				delete(c.keys, k)
+			if gs := c.keys[k]; gs != nil {
+				if _, empty := gs.remove(e); empty {
+					delete(c.keys, k)
+				}
 			}
 		}
 		c.n--

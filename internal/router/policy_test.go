@@ -1,0 +1,124 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/heraldrt/herald/internal/bus"
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/policy"
+)
+
+// fixedGate is a Gate over one compiled table.
+type fixedGate map[string]*policy.TablePolicy
+
+func (g fixedGate) Table(table string) (*policy.TablePolicy, error) { return g[table], nil }
+
+// newPolicyRouter returns a live router whose public.items has row rule row.
+func newPolicyRouter(t testing.TB, row string) *Router {
+	t.Helper()
+	p, err := policy.New(policy.Rules{Tables: map[string]policy.TableRules{"public.items": {Row: row}}}, policy.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := schema["public.items"]
+	tp, err := p.Table("public.items", policy.Table{Columns: info.Columns, Key: info.Key, Identity: info.Identity.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Schema: schema, Bus: bus.NewMemory(), Gate: fixedGate{"public.items": tp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Seed(1)
+	return r
+}
+
+func subscribeAs(t testing.TB, r *Router, target *recorder, sub string, claims map[string]any) {
+	t.Helper()
+	req := Request{Table: "public.items", Sub: sub, Target: target, Claims: policy.NewClaims(claims)}
+	if _, _, err := r.Subscribe(context.Background(), req); err != nil {
+		t.Fatalf("subscribe %s: %v", sub, err)
+	}
+}
+
+// TestRowRuleEvaluatedOncePerReachableGroup: 100 subscribers across 10 organisations; a change
+// in one costs one evaluation (the other nine groups are ruled out by the index) and reaches
+// that organisation's ten subscribers, who share one body; a move between organisations is a
+// leave for one and an enter for the other.
+func TestRowRuleEvaluatedOncePerReachableGroup(t *testing.T) {
+	r := newPolicyRouter(t, `row.org_id == auth.org_id`)
+	rec := newRecorder()
+	for i := range 100 {
+		subscribeAs(t, r, rec, fmt.Sprintf("s%02d", i), map[string]any{"org_id": fmt.Sprintf("org%d", i%10)})
+	}
+	if err := r.Accept(context.Background(), txn(10, change.Event{Op: change.Insert, After: row(1, "org3", 1)})); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats()
+	if st.RuleEvaluations != 1 || st.Delivered != 10 {
+		t.Errorf("one insert: %d evaluations, %d delivered; want 1 and 10", st.RuleEvaluations, st.Delivered)
+	}
+	_ = r.Accept(context.Background(), txn(11, change.Event{Op: change.Update, Before: row(1, "org3", 1), After: row(1, "org4", 1)}))
+	got := rec.ops()
+	if diff := cmp.Diff([]string{"insert:1", "leave:1"}, got["s03"]); diff != "" {
+		t.Errorf("org3's subscriber (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"enter:1"}, got["s04"]); diff != "" {
+		t.Errorf("org4's subscriber (-want +got):\n%s", diff)
+	}
+	if len(got["s05"]) != 0 {
+		t.Errorf("org5's subscriber got %v", got["s05"])
+	}
+	if st := r.Stats(); st.RuleEvaluations != 1+4 {
+		t.Errorf("after the move: %d evaluations, want 5 (two groups, two images each)", st.RuleEvaluations)
+	}
+}
+
+// TestRowRuleErrorIsConfinedToItsGroup: a subscriber whose claims make the rule fail gets a
+// policy_error gap naming the rule, never the row; the others get their rows; a denial is
+// counted by table.
+func TestRowRuleErrorIsConfinedToItsGroup(t *testing.T) {
+	r := newPolicyRouter(t, `row.qty > auth.min`)
+	rec := newRecorder()
+	subscribeAs(t, r, rec, "ok", map[string]any{"min": 0})
+	subscribeAs(t, r, rec, "strict", map[string]any{"min": 5})
+	subscribeAs(t, r, rec, "broken", nil)
+	_ = r.Accept(context.Background(), txn(10, change.Event{Op: change.Insert, After: row(1, "acme", 2)}))
+	got := rec.ops()
+	if diff := cmp.Diff([]string{"insert:1"}, got["ok"]); diff != "" {
+		t.Errorf("ok (-want +got):\n%s", diff)
+	}
+	if len(got["strict"]) != 0 {
+		t.Errorf("strict got %v, want nothing (denied)", got["strict"])
+	}
+	rec.mu.Lock()
+	frames := rec.frames["broken"]
+	rec.mu.Unlock()
+	if len(frames) != 1 || frames[0]["type"] != "resync" || frames[0]["reason"] != "policy_error" {
+		t.Fatalf("broken got %v, want one policy_error resync", frames)
+	}
+	st := r.Stats()
+	if st.RowsDenied["public.items"] != 1 || st.RuleErrors != 1 {
+		t.Errorf("rows_denied %v, errors %d; want 1 and 1", st.RowsDenied, st.RuleErrors)
+	}
+}
+
+// TestRowRuleRecheckRegroups: new claims move a subscription to the rows they allow.
+func TestRowRuleRecheckRegroups(t *testing.T) {
+	r := newPolicyRouter(t, `row.org_id == auth.org_id`)
+	rec := newRecorder()
+	sub, _, err := r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "s", Target: rec, Claims: policy.NewClaims(map[string]any{"org_id": "a"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Recheck(policy.NewClaims(map[string]any{"org_id": "b"})); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Accept(context.Background(), txn(10, change.Event{Op: change.Insert, After: row(1, "a", 1)}, change.Event{Op: change.Insert, After: row(2, "b", 1)}))
+	if diff := cmp.Diff([]string{"insert:2"}, rec.ops()["s"]); diff != "" {
+		t.Errorf("after the recheck (-want +got):\n%s", diff)
+	}
+}
