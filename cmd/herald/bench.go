@@ -17,7 +17,7 @@ import (
 
 const benchUsage = `usage: herald bench [--subs 100] [--events 10000] [--rate 0] [--duration 60s]
          [--table public.bench_items [--filter JSON] [--updates] | --channel bench/load]
-         [--transport ws|sse] [--target URL [--allow-remote] [--pid N] [--api-key K] [--database-url URL]]
+         [--policy N] [--transport ws|sse] [--target URL [--allow-remote] [--pid N] [--api-key K] [--database-url URL]]
          [--json]
        herald bench --idle [--subs 1000] [--hold 50s] [--settle 5s] [--transport ws|sse] [--json]
 
@@ -46,6 +46,11 @@ channel nothing is published to, are opened and left to settle, and the node's C
 --hold (make it a whole number of ping intervals, 25s unless the node sets another), its memory
 per connection and its goroutines per connection are reported.
 
+--policy N (table mode, own node) measures the policy gate: the node's config gives the table
+the row rule "row.org_id == auth.org_id", the rows are spread over N organisations in turn, and
+subscriber i connects with a token for organisation i mod N, so each row reaches a N-th of the
+subscribers (those the rule allows), and the deliveries expected are events x subs / N.
+
 --node-binary starts the node from another herald binary than this one, e.g. to compare two
 builds under the same client.
 
@@ -73,6 +78,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		hold        = fs.Duration("hold", 50*time.Second, "with --idle: the measured window")
 		settle      = fs.Duration("settle", 5*time.Second, "with --idle: the wait between the last connection and the window")
 		nodeBinary  = fs.String("node-binary", "", "start the node from this herald binary instead of this one")
+		tenants     = fs.Int("policy", 0, "table mode, policy mode: the node's row rule shows each subscriber its own organisation's rows ("+bench.PolicyRowRule+"), with the subscribers and the rows spread over this many organisations")
 	)
 	fs.IntVar(&cfg.Subs, "subs", 100, "subscribers, one connection each")
 	fs.IntVar(&cfg.Events, "events", 10000, "events to produce")
@@ -114,6 +120,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *target != "" && *nodeBinary != "" {
 		return usageError{"--node-binary starts a node; --target measures a running one: give one of them"}
 	}
+	if *tenants < 0 || *tenants > 0 && (cfg.Table == "" || *target != "") {
+		return usageError{"--policy goes with --table, on a node herald bench starts (it makes the node's token secret)"}
+	}
 	if *idle && (cfg.Table != "" || *target != "" && cfg.ServerPID == 0) {
 		return usageError{"--idle subscribes to a channel and measures the node's process: not with --table, and --target needs --pid"}
 	}
@@ -145,6 +154,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			exe = *nodeBinary
 		}
 		nc := bench.NodeConfig{Binary: exe, Table: cfg.Table, MaxConnections: cfg.Subs + 1000}
+		if *tenants > 0 {
+			nc.RowRule, nc.Secret = bench.PolicyRowRule, bench.PolicySecret()
+			if cfg.Tokens, err = bench.PolicyTokens(nc.Secret, *tenants); err != nil {
+				return err
+			}
+			cfg.Tenants = *tenants
+		}
 		if *nodeLog {
 			nc.Log = stderr
 			nc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

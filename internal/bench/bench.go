@@ -31,6 +31,13 @@ type Config struct {
 	URL string
 	// Token is sent by every subscriber; empty connects anonymously.
 	Token string
+	// Tenants, in table mode, spreads the rows over this many organisations (org_id org_0,
+	// org_1, ...) in turn; 0: 10. With Tokens it is policy mode: subscriber i sends
+	// Tokens[i % len(Tokens)], which the caller made for organisation i % Tenants, and the
+	// node's row rule shows each subscriber its own organisation's rows alone.
+	Tenants int
+	// Tokens, when set, are the subscribers' tokens in turn, instead of Token.
+	Tokens []string
 	// Transport is TransportWebSocket (default) or TransportSSE.
 	Transport string
 
@@ -125,6 +132,9 @@ func (c Config) Validate() error {
 	if c.Table == "" && c.APIKey == "" {
 		errs = append(errs, errors.New("bench: channel mode publishes through POST /v1/publish: the API key is required"))
 	}
+	if len(c.Tokens) > 0 && (c.Tenants < 1 || c.Table == "") {
+		errs = append(errs, errors.New("bench: policy mode (Tokens) is table mode, with the number of organisations (Tenants) the tokens were made for"))
+	}
 	if c.Filter != nil && !json.Valid(c.Filter) {
 		errs = append(errs, errors.New("bench: the filter is not valid JSON"))
 	}
@@ -161,13 +171,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		snd = &writer{dbURL: cfg.DatabaseURL, table: table, updates: cfg.Updates}
+		snd = &writer{dbURL: cfg.DatabaseURL, table: table, updates: cfg.Updates, tenants: cfg.Tenants}
 	} else {
 		snd = &publisher{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Publishers}},
 			base: cfg.URL, apiKey: cfg.APIKey, channel: cfg.Channel, workers: cfg.Publishers}
 	}
 	r.Target = r.Mode + " " + cfg.Table + cfg.Channel
 
+	if len(cfg.Tokens) > 0 {
+		r.Tenants = cfg.Tenants
+		r.Target += fmt.Sprintf(" under a row rule, %d organisations", cfg.Tenants)
+		spec.token = cfg.Tokens[0]
+	}
 	if cfg.Table != "" {
 		if err := warmUp(ctx, cfg, spec); err != nil {
 			return nil, err
@@ -233,6 +248,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Filter != nil {
 		r.Expected = 0 // a filter passes an unknown share of the rows
 	}
+	if len(cfg.Tokens) > 0 {
+		// Each row reaches its organisation's subscribers: a Tenants-th of them, exactly when
+		// Tenants divides both the events and the subscribers.
+		r.Expected /= int64(cfg.Tenants)
+	}
 	r.Ended = ends
 	r.LoadEnd = loadAverage()
 	return r, err
@@ -249,8 +269,7 @@ func connect(ctx context.Context, cfg Config, spec subSpec) ([]subscriber, error
 	if err != nil {
 		return nil, err
 	}
-	streamURL, err := sseURL(httpBase(cfg.URL), spec)
-	if err != nil {
+	if _, err := sseURL(httpBase(cfg.URL), spec); err != nil {
 		return nil, err
 	}
 	var (
@@ -276,7 +295,12 @@ func connect(ctx context.Context, cfg Config, spec subSpec) ([]subscriber, error
 			defer func() { <-sem }()
 			var s subscriber
 			var err error
+			spec := spec
+			if len(cfg.Tokens) > 0 {
+				spec.token = cfg.Tokens[i%len(cfg.Tokens)]
+			}
 			if cfg.Transport == TransportSSE {
+				streamURL, _ := sseURL(httpBase(cfg.URL), spec) // checked above, with another token
 				s, err = dialSSE(ctx, hc, streamURL)
 			} else {
 				s, err = dialWS(ctx, hc, endpoint, spec)
@@ -446,6 +470,9 @@ func watch(runCtx, ctx context.Context, cfg Config, t *tally, sent *atomic.Int64
 			return StoppedDrained, sendEnd, err
 		}
 		expected := sent.Load() * int64(cfg.Subs)
+		if len(cfg.Tokens) > 0 {
+			expected /= int64(cfg.Tenants)
+		}
 		switch {
 		case cfg.Filter == nil && got+t.lost.Load() >= expected:
 			return StoppedDone, sendEnd, nil
@@ -475,7 +502,8 @@ type Report struct {
 	SentPerSec  float64 `json:"sent_per_second"`
 	RunSeconds  float64 `json:"run_seconds"` // from the first event to the end of the run, drain included
 
-	Expected            int64   `json:"expected"` // sent x subscribers; 0 with a filter
+	Expected            int64   `json:"expected"`          // sent x subscribers (/ tenants in policy mode); 0 with a filter
+	Tenants             int     `json:"tenants,omitempty"` // policy mode: the organisations the subscribers and rows are spread over
 	Received            int64   `json:"received"`
 	Unmarked            int64   `json:"unmarked,omitempty"` // data frames without a send time
 	Seconds             float64 `json:"seconds"`            // from the first event to the last receipt

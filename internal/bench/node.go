@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/heraldrt/herald/internal/devpg"
@@ -39,6 +40,9 @@ type NodeConfig struct {
 	// every row to everyone. The node's policy opens every channel, and the table, to
 	// everyone, written out in the config file it is started with.
 	RowRule string
+	// Secret, when set, is the node's token secret (auth.secrets), for subscribers whose
+	// tokens carry the claims RowRule reads (PolicyTokens).
+	Secret string
 	// Log receives the node's own log (warnings and errors). Nil discards it.
 	Log io.Writer
 	// Logger receives what the private PostgreSQL does. Nil discards it.
@@ -93,6 +97,9 @@ func StartNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 		"HERALD_AUTH_ALLOW_ANONYMOUS=true",
 		"HERALD_API_KEYS=" + n.APIKey,
 		"HERALD_LIMITS_MAX_CONNECTIONS=" + strconv.Itoa(cfg.MaxConnections),
+	}
+	if cfg.Secret != "" {
+		env = append(env, "HERALD_AUTH_SECRETS="+cfg.Secret)
 	}
 	if cfg.Table != "" {
 		table, err := ParseTable(cfg.Table)
@@ -268,4 +275,30 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// PolicyRowRule is policy mode's row rule: each subscriber sees its organisation's rows.
+const PolicyRowRule = "row.org_id == auth.org_id"
+
+// PolicySecret returns a fresh token secret for a node in policy mode.
+func PolicySecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// PolicyTokens returns one token per organisation, signed with secret: token k carries org_id
+// org_k (the bench table's spelling) and subject bench-org_k, and expires in a day.
+func PolicyTokens(secret string, tenants int) ([]string, error) {
+	out := make([]string, tenants)
+	exp := time.Now().Add(24 * time.Hour).Unix()
+	for k := range out {
+		org := "org_" + strconv.Itoa(k)
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "bench-" + org, "org_id": org, "exp": exp}).SignedString([]byte(secret))
+		if err != nil {
+			return nil, err
+		}
+		out[k] = tok
+	}
+	return out, nil
 }

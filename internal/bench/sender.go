@@ -118,6 +118,7 @@ type writer struct {
 	dbURL   string
 	table   pgx.Identifier
 	updates bool
+	tenants int           // the organisations rows are spread over; default 10
 	tick    time.Duration // default 10ms
 	maxRows int           // per transaction; default 100
 }
@@ -172,8 +173,13 @@ func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate flo
 		return w.failed(ctx, err)
 	}
 	t := w.table.Sanitize()
+	tenants := w.tenants
+	if tenants <= 0 {
+		tenants = 10
+	}
+	// The organisations in turn across transactions, so every one gets its share at any rate.
 	insert := `INSERT INTO ` + t + ` (org_id, payload, sent_at)
-		SELECT 'org_' || (g % 10), $1, $2 FROM generate_series(1, $3::int) g RETURNING id`
+		SELECT 'org_' || (($4::bigint + g) % ` + strconv.Itoa(tenants) + `), $1, $2 FROM generate_series(1, $3::int) g RETURNING id`
 	update := `UPDATE ` + t + ` SET payload = $1, sent_at = $2 WHERE id = ANY($3)`
 
 	start := time.Now()
@@ -218,7 +224,7 @@ func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate flo
 			k = int(tag.RowsAffected())
 			ids = ids[:0]
 		} else {
-			rows, err := conn.Query(ctx, insert, payload, now, k)
+			rows, err := conn.Query(ctx, insert, payload, now, k, int64(done))
 			if err != nil {
 				return w.failed(ctx, err)
 			}

@@ -23,6 +23,13 @@ import (
 // streaming it, returning once the node is ready.
 func startTableServer(t *testing.T) (url, dbURL string) {
 	t.Helper()
+	// Open to everyone, written out: a server without rules is closed.
+	return startTableServerWith(t, policy.Open("public.bench_items"), "")
+}
+
+// startTableServerWith is startTableServer with a policy, and a token secret when set.
+func startTableServerWith(t *testing.T, rules policy.Rules, secret string) (url, dbURL string) {
+	t.Helper()
 	dbURL = testenv.NewDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -33,7 +40,7 @@ func startTableServer(t *testing.T) (url, dbURL string) {
 	srv, err := server.New(server.Config{
 		Listen:          "127.0.0.1:0",
 		ShutdownTimeout: 5 * time.Second,
-		Auth:            auth.Config{AllowAnonymous: true},
+		Auth:            authConfig(secret),
 		Session:         session.Config{MaxSubscriptions: 4},
 		Changefeed: &changefeed.Config{
 			DatabaseURL:    dbURL,
@@ -42,8 +49,7 @@ func startTableServer(t *testing.T) (url, dbURL string) {
 			StatusInterval: 200 * time.Millisecond,
 			SilenceTimeout: 5 * time.Second,
 		},
-		// Open to everyone, written out: a server without rules is closed.
-		Policy: policy.Open("public.bench_items"),
+		Policy: rules,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -131,4 +137,35 @@ func slotFor(t *testing.T, dbURL string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimPrefix(u.Path, "/")
+}
+
+func authConfig(secret string) auth.Config {
+	c := auth.Config{AllowAnonymous: true}
+	if secret != "" {
+		c.Secrets = []string{secret}
+	}
+	return c
+}
+
+// TestRunTablePolicy: policy mode. Under the row rule, each subscriber receives exactly its
+// own organisation's rows: a quarter of them with four organisations, and the run ends done,
+// with every expected delivery and nothing else.
+func TestRunTablePolicy(t *testing.T) {
+	secret := PolicySecret()
+	url, dbURL := startTableServerWith(t, policy.Rules{Tables: map[string]policy.TableRules{"public.bench_items": {Row: PolicyRowRule}}}, secret)
+	tokens, err := PolicyTokens(secret, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Run(context.Background(), Config{URL: url, DatabaseURL: dbURL, Table: "public.bench_items",
+		Subs: 8, Events: 200, Tenants: 4, Tokens: tokens, Drain: time.Second})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Received != 400 || r.Expected != 400 || r.Stopped != StoppedDone || r.Tenants != 4 {
+		t.Errorf("received %d of %d, stopped %s, tenants %d; want 400 of 400, done, 4", r.Received, r.Expected, r.Stopped, r.Tenants)
+	}
+	if r.Resyncs != 0 || r.ErrorFrames != 0 {
+		t.Errorf("resyncs %d, error frames %d; want none", r.Resyncs, r.ErrorFrames)
+	}
 }
