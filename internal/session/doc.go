@@ -16,6 +16,18 @@
 // of any source, and a resumed subscription's gap, goes to delivery.Lanes.Gap, the one path a
 // gap takes. The codec also encodes the gaps when the writer takes them.
 //
+// # Policy
+//
+// A channel subscription and a client's publication are asked of Deps.Policy first; a table
+// subscription's producer (Tables) judges it, with the identity the session puts in the
+// request, since it knows the table's columns. A refresh has every subscription judged again
+// against the new claims (its producer's Recheck, or the channel rule) outside mu, and ends
+// each one no longer allowed with an unprompted Codec.Ended, queued under mu like a reply, so
+// nothing of the subscription follows it; the connection goes on. A policy_error gap from a
+// producer is preceded, once per subscription, by an error naming the rule (Codec.Fault with
+// the sub), so a rule that fails on every change does not flood the control lane: the gaps
+// themselves merge in the lanes.
+//
 // # Concurrency
 //
 // Three kinds of goroutine touch a Session:
