@@ -26,7 +26,9 @@ func newSocket(c net.Conn, rx *receiver) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &socket{Conn: c, raw: raw, rx: rx, pause: pause}
+	s := &socket{Conn: c, raw: raw, rx: rx, pause: pause}
+	s.readFD = s.read
+	return s
 }
 
 // socket is the replication connection under pgconn (and under TLS, when it is used). It
@@ -50,6 +52,12 @@ type socket struct {
 	// Read is never called from two goroutines at once (pgconn's frontend reads on one, and its
 	// background reader, when it runs, hands its reads over under a lock).
 	drained bool
+	// readFD is s.read, made once: a closure per Read would be an allocation per read.
+	readFD func(fd uintptr) bool
+	// The current read's buffer and outcome, for read.
+	p     []byte
+	n     int
+	errno syscall.Errno
 }
 
 func (s *socket) Read(p []byte) (int, error) {
@@ -59,21 +67,10 @@ func (s *socket) Read(p []byte) (int, error) {
 	if s.drained && s.rx.lingering() {
 		s.pause(s.rx.linger)
 	}
-	var n int
-	var errno syscall.Errno
-	err := s.raw.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait on the poller, then call again
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	s.p = p
+	err := s.raw.Read(s.readFD)
+	n, errno := s.n, s.errno
+	s.p = nil
 	if err == nil && errno != 0 {
 		err = os.NewSyscallError("read", errno)
 		n = 0
@@ -87,6 +84,22 @@ func (s *socket) Read(p []byte) (int, error) {
 	}
 	s.drained = n < len(p)
 	return n, nil
+}
+
+// read is one non-blocking read(2) of s.p into s.n and s.errno; false asks RawConn.Read to
+// wait until the socket is readable and call again.
+func (s *socket) read(fd uintptr) bool {
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.p[0])), uintptr(len(s.p)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		s.n, s.errno = int(r), e
+		return true
+	}
 }
 
 // pause sleeps for d with a raw nanosleep(2): the goroutine keeps its P and the runtime is not
