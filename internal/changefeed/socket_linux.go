@@ -27,6 +27,9 @@ func newSocket(c net.Conn, rx *receiver) net.Conn {
 		return c
 	}
 	s := &socket{Conn: c, raw: raw, rx: rx, pause: pause}
+	// Over TCP the linger cost the server more than it saved: on loopback the walsender used
+	// about 0.4 s more CPU per 240,000-change drain with it than without (docs/BENCHMARKS.md).
+	_, s.lingers = c.(*net.UnixConn)
 	s.readFD = s.read
 	return s
 }
@@ -41,7 +44,7 @@ func newSocket(c net.Conn, rx *receiver) net.Conn {
 //     ordinary way wakes the runtime's monitor thread whenever every P was idle, and it then polls
 //     every 20 µs for the next millisecond. A reader that keeps up with the server goes idle and
 //     wakes thousands of times a second, so that monitor was about a fifth of `herald tail`'s CPU.
-//   - The linger (see receiver).
+//   - The linger (see receiver), on a Unix socket only.
 type socket struct {
 	net.Conn
 	raw syscall.RawConn
@@ -52,6 +55,8 @@ type socket struct {
 	// Read is never called from two goroutines at once (pgconn's frontend reads on one, and its
 	// background reader, when it runs, hands its reads over under a lock).
 	drained bool
+	// lingers says the linger applies: on a Unix socket only.
+	lingers bool
 	// readFD is s.read, made once: a closure per Read would be an allocation per read.
 	readFD func(fd uintptr) bool
 	// The current read's buffer and outcome, for read.
@@ -64,7 +69,7 @@ func (s *socket) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if s.drained && s.rx.lingering() {
+	if s.drained && s.lingers && s.rx.lingering() {
 		s.pause(s.rx.linger)
 	}
 	s.p = p

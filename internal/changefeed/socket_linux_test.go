@@ -150,6 +150,49 @@ func TestSocketLingersOnlyAfterDrainingReadsInsideATransaction(t *testing.T) {
 	}
 }
 
+func TestSocketDoesNotLingerOverTCP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	defer c.Close()
+	defer server.Close()
+	rx := &receiver{linger: time.Millisecond}
+	rx.inTxn.Store(true)
+	s, ok := newSocket(c, rx).(*socket)
+	if !ok {
+		t.Fatal("newSocket did not wrap a TCP socket")
+	}
+	paused := 0
+	s.pause = func(time.Duration) { paused++ }
+	for _, b := range []string{"0123456789", "x"} {
+		if _, err := server.Write([]byte(b)); err != nil {
+			t.Fatal(err)
+		}
+		// A buffer larger than what waits: the read empties the socket.
+		if _, err := s.Read(make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if paused != 0 {
+		t.Errorf("paused %d times over TCP, want 0", paused)
+	}
+}
+
 func TestPauseSleeps(t *testing.T) {
 	// Timed one way only: a pause may run long on a busy machine, never short (but for a
 	// signal, which the runtime's preemption can send; the loop tolerates one).
