@@ -4,7 +4,10 @@
 //
 // # Data path
 //
-// Producers hand a session stream items through Push (stream.Receiver). The session encodes a
+// Producers hand a session stream items through Push (stream.Receiver), or PushDeferred
+// (stream.DeferringReceiver) when a fan-out wakes the writers it fed once it is done: then the
+// lanes' wake-up of a parked writer goes into the fan-out's stream.Wakeups instead of being
+// made at once (delivery.Lanes.PushDataDeferred). The session encodes a
 // change or a message with its connection's Codec (wire.Codec for herald.v1; each item is
 // encoded once per codec and shared by every connection) and queues it on the data lane; a gap
 // of any source, and a resumed subscription's gap, goes to delivery.Lanes.Gap, the one path a
@@ -15,8 +18,8 @@
 // Three kinds of goroutine touch a Session:
 //   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands) calls Handle,
 //     after AwaitReplyRoom, or TryHandle;
-//   - producers (the channel hub, the table router), through the bus, call Push, which never
-//     blocks;
+//   - producers (the channel hub's fan-out goroutines, the table router), through the bus, call
+//     Push or PushDeferred, which never block;
 //   - the writer, Run, is the only goroutine that writes to the Transport.
 //
 // The writer is the only goroutine a session runs: an idle session costs one parked goroutine.
@@ -26,8 +29,8 @@
 // and the close's grace period. The first Close ends the writer's wait itself, by cancelling
 // the context the writer waits under, rather than a goroutine watching for it.
 //
-// mu guards the identity and the subscription table; stallMu guards the stall timer. Push
-// takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
+// mu guards the identity and the subscription table; stallMu guards the stall timer. Push (and
+// PushDeferred) takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
 // not queued yet), then releases it before it queues on the lanes, which have their own lock;
 // a subscribe queues its subscribed and the buffered items under mu. Lock order: mu, then the
 // lanes' lock; mu, then stallMu (a push under mu may arm the stall timer, through the lanes'

@@ -172,10 +172,10 @@ func (s *Session) Subscribe(f *wire.Subscribe) *wire.Error {
 	// resume gap if any, then what arrived while they were being prepared.
 	s.sendAt(su.key, pos.String(), &wire.Subscribed{ID: f.ID, Sub: f.Sub, Pos: pos, Key: key})
 	if gap := resumeGap(f, head); gap != nil {
-		s.push(su.key, su.head, stream.NewGap(gap))
+		s.push(su.key, su.head, stream.NewGap(gap), nil)
 	}
 	for _, it := range su.buffered {
-		s.push(su.key, su.head, it)
+		s.push(su.key, su.head, it, nil)
 	}
 	if g := su.overflow; g != nil {
 		s.lanes.Gap(su.key, g.first, g.last, g.count, stream.ReasonLaneFull)

@@ -1,0 +1,304 @@
+package channel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/heraldrt/herald/internal/stream"
+)
+
+// Defaults for the zero value of the fan-out fields of Config.
+const (
+	// DefaultQueueLen and DefaultQueueBytes bound each fan-out queue. The bytes count 8 per
+	// delivery besides the data, so a full queue is at most about a million deliveries behind,
+	// a few seconds of fan-out on a small node, however many subscribers each publication has:
+	// past that, a publisher is better told to wait, then to back off, than queued further.
+	DefaultQueueLen   = 256
+	DefaultQueueBytes = 8 << 20
+	// DefaultQueueWait is how long a publish waits for room in a full queue before it is
+	// refused.
+	DefaultQueueWait = 2 * time.Second
+)
+
+// wakeAfter is how many deliveries a fan-out queue makes before it wakes the writers they made
+// runnable, when it has several publications in hand: about a millisecond or two of pushes. A
+// publication reaching more subscribers than this wakes its writers once it is handed to all
+// of them.
+const wakeAfter = 16 << 10
+
+// jobBytes is what a queued publication costs besides its data: the item, the message, their
+// position text and the pooled slice header, roughly.
+const jobBytes = 256
+
+// ErrBusy is what Publish returns, wrapped in a *BusyError, when the fan-out queue of the
+// channel's shard stayed full for Config.QueueWait: the node hands publications to subscribers
+// more slowly than they are published. The publication got no position; publishing it again
+// later is safe.
+var ErrBusy = errors.New("channel: fan-out queue full")
+
+// ErrHubClosed is what Publish returns once Close has begun.
+var ErrHubClosed = errors.New("channel: hub closed")
+
+// BusyError is Publish's refusal when the fan-out queue stayed full.
+type BusyError struct {
+	Channel  string
+	Waited   time.Duration
+	Queued   int // publications queued or reserved in the shard when it gave up
+	MaxQueue int // Config.QueueLen
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("channel: the fan-out queue for %q stayed full for %s (%d/%d publications waiting): subscribers on this node are being handed publications more slowly than they are published",
+		e.Channel, e.Waited, e.Queued, e.MaxQueue)
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+// job is one publication waiting for its fan-out: the item and the subscriptions it reaches,
+// collected when its position was assigned.
+type job struct {
+	it    *stream.Item
+	subs  *[]*subscription // pooled in Hub.targets
+	bytes int              // what it counts against the queue's byte bound
+}
+
+// queue is one shard's fan-out: a bounded FIFO of publications and the goroutine that hands
+// each to the bus. Every publication to one channel goes through the same queue, appended
+// under the channel's lock, so each subscriber receives a channel's publications in offset
+// order.
+type queue struct {
+	h *Hub // read-only
+
+	mu sync.Mutex
+	// The fields below are guarded by mu.
+	jobs  []job // waiting, oldest first
+	spare []job // the previous batch's storage, reused
+	// n and bytes count the publications queued or being handed on, and those reserved but not
+	// yet queued, with what they cost.
+	n, bytes int
+	done     uint64 // publications handed on, ever
+	queued   uint64 // publications queued, ever
+	refused  uint64 // publications refused as busy, ever
+	// changed is closed, and cleared, when the queue frees room or hands a publication on: what
+	// a publisher waiting for room and a Flush wait on. Nil while nobody waits.
+	changed chan struct{}
+	closed  bool
+	started bool // the goroutine was started, by the first push
+	idle    bool // the goroutine waits on work
+
+	work    chan struct{} // one token: the goroutine has something to do
+	stopped chan struct{} // closed when the goroutine has returned
+}
+
+func newQueue(h *Hub) *queue {
+	return &queue{h: h, work: make(chan struct{}, 1), stopped: make(chan struct{})}
+}
+
+// changedLocked returns the channel closed at the next change.
+func (q *queue) changedLocked() <-chan struct{} {
+	if q.changed == nil {
+		q.changed = make(chan struct{})
+	}
+	return q.changed
+}
+
+func (q *queue) notifyLocked() {
+	if q.changed != nil {
+		close(q.changed)
+		q.changed = nil
+	}
+}
+
+// reserve takes room for one publication of cost bytes, waiting for it up to the hub's
+// QueueWait. An empty queue always has room, so a publication larger than the byte bound is
+// not refused for ever.
+func (q *queue) reserve(channel string, cost int) error {
+	var timer *time.Timer
+	q.mu.Lock()
+	for {
+		if q.closed {
+			q.mu.Unlock()
+			return ErrHubClosed
+		}
+		if q.n == 0 || q.n < q.h.cfg.QueueLen && q.bytes+cost <= q.h.cfg.QueueBytes {
+			q.n++
+			q.bytes += cost
+			q.mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		}
+		ch := q.changedLocked()
+		q.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(q.h.cfg.QueueWait)
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			q.mu.Lock()
+			q.refused++
+			err := &BusyError{Channel: channel, Waited: q.h.cfg.QueueWait, Queued: q.n, MaxQueue: q.h.cfg.QueueLen}
+			q.mu.Unlock()
+			return err
+		}
+		q.mu.Lock()
+	}
+}
+
+// unreserve gives back what reserve took, for a publication that is not queued after all.
+func (q *queue) unreserve(cost int) {
+	q.mu.Lock()
+	q.n--
+	q.bytes -= cost
+	q.notifyLocked()
+	wake := q.closed && q.idle // a closing queue's goroutine waits for the reservations to end
+	q.idle = q.idle && !wake
+	q.mu.Unlock()
+	if wake {
+		q.poke()
+	}
+}
+
+// poke wakes the goroutine, without blocking.
+func (q *queue) poke() {
+	select {
+	case q.work <- struct{}{}:
+	default:
+	}
+}
+
+// push queues j, for which reserve took cost. The caller holds the channel's lock, which is
+// what keeps one channel's publications in order in the queue.
+func (q *queue) push(j job, cost int) {
+	q.mu.Lock()
+	q.jobs = append(q.jobs, j)
+	q.bytes += j.bytes - cost
+	q.queued++
+	if !q.started {
+		// Started by the first publication that needs it, so a hub nobody publishes through
+		// holds no goroutine.
+		q.started = true
+		go q.run()
+	}
+	wake := q.idle
+	q.idle = false
+	q.mu.Unlock()
+	if wake {
+		q.poke()
+	}
+}
+
+// run hands the queued publications to the bus, oldest first, until the queue is closed,
+// empty, and no publication that reserved room before the close is still to be queued. It takes every publication waiting at once, delivers them, deferring the writers'
+// wake-ups (stream.Wakeups), and wakes the writers after every wakeAfter deliveries and at the
+// end: a subscriber's writer then wakes once for all the publications of the batch, not once
+// per publication.
+func (q *queue) run() {
+	defer close(q.stopped)
+	var w stream.Wakeups
+	for {
+		q.mu.Lock()
+		for len(q.jobs) == 0 {
+			if q.closed && q.n == 0 {
+				q.mu.Unlock()
+				return
+			}
+			q.idle = true
+			q.mu.Unlock()
+			<-q.work
+			q.mu.Lock()
+		}
+		batch := q.jobs
+		q.jobs = q.spare[:0]
+		q.spare = nil
+		q.mu.Unlock()
+
+		pushed := 0
+		for i := range batch {
+			j := &batch[i]
+			n := 0
+			for _, sn := range *j.subs {
+				if sn.deliver(q.h.bus, j.it, &w) {
+					n++
+				}
+			}
+			pushed += len(*j.subs)
+			q.h.delivered.Add(uint64(n))
+			clear(*j.subs) // the pool must not keep subscriptions alive
+			*j.subs = (*j.subs)[:0]
+			q.h.targets.Put(j.subs)
+			if pushed >= wakeAfter || i == len(batch)-1 {
+				w.Wake()
+				pushed = 0
+			}
+			q.mu.Lock()
+			q.n--
+			q.bytes -= j.bytes
+			q.done++
+			q.notifyLocked()
+			q.mu.Unlock()
+		}
+		clear(batch) // nor the items
+		q.mu.Lock()
+		q.spare = batch[:0]
+		q.mu.Unlock()
+	}
+}
+
+// flush waits until every publication queued before it was called has been handed on.
+func (q *queue) flush(ctx context.Context) error {
+	q.mu.Lock()
+	target := q.queued
+	for q.done < target {
+		ch := q.changedLocked()
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		q.mu.Lock()
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// close stops taking publications; the goroutine hands on what is queued, and what was
+// reserved before and is queued after, then returns. A queue that never started its goroutine
+// starts it now, to do the same.
+func (q *queue) close() {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.closed = true
+	q.notifyLocked()
+	if !q.started {
+		q.started = true
+		go q.run()
+	}
+	q.mu.Unlock()
+	q.poke()
+}
+
+// shard returns the queue of the channel name: FNV-1a of the name, so one channel always has
+// the same queue.
+func (h *Hub) shard(name string) *queue {
+	hash := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		hash ^= uint32(name[i])
+		hash *= 16777619
+	}
+	return h.queues[hash%uint32(len(h.queues))]
+}
+
+// defaultShards is Config.Shards' default: one fan-out goroutine per processor, at least two,
+// so one busy channel leaves others a queue of their own.
+func defaultShards() int { return max(2, runtime.GOMAXPROCS(0)) }
