@@ -14,21 +14,24 @@ import (
 // Defaults for the zero value of the fan-out fields of Config.
 const (
 	// DefaultQueueLen and DefaultQueueBytes bound each fan-out queue. The bytes count 8 per
-	// delivery besides the data, so a full queue is at most about a million deliveries behind,
-	// a few seconds of fan-out on a small node, however many subscribers each publication has:
-	// past that, a publisher is better told to wait, then to back off, than queued further.
-	DefaultQueueLen   = 256
-	DefaultQueueBytes = 8 << 20
+	// delivery besides the data, so a full queue is at most about 130,000 deliveries behind,
+	// a fraction of a second of fan-out, however many subscribers each publication has. A
+	// queue a few publications deep is all the batching of wake-ups needs; a deeper one only
+	// adds to every publication's latency once publishers outpace the fan-out, when holding
+	// them back (they wait for room) is the better answer.
+	DefaultQueueLen   = 32
+	DefaultQueueBytes = 1 << 20
 	// DefaultQueueWait is how long a publish waits for room in a full queue before it is
-	// refused.
-	DefaultQueueWait = 2 * time.Second
+	// refused: as long as a session lets a client stay too slow (session.Config.SlowTimeout).
+	DefaultQueueWait = 10 * time.Second
 )
 
 // wakeAfter is how many deliveries a fan-out queue makes before it wakes the writers they made
-// runnable, when it has several publications in hand: about a millisecond or two of pushes. A
-// publication reaching more subscribers than this wakes its writers once it is handed to all
-// of them.
-const wakeAfter = 16 << 10
+// runnable: about a millisecond of pushes. With several small publications in hand, a writer
+// wakes once for all of them; a publication reaching many more subscribers wakes its first
+// writers while it is still being handed to the rest, which the other processors can write
+// meanwhile.
+const wakeAfter = 8 << 10
 
 // jobBytes is what a queued publication costs besides its data: the item, the message, their
 // position text and the pooled slice header, roughly.
@@ -83,8 +86,10 @@ type queue struct {
 	done     uint64 // publications handed on, ever
 	queued   uint64 // publications queued, ever
 	refused  uint64 // publications refused as busy, ever
-	// changed is closed, and cleared, when the queue frees room or hands a publication on: what
-	// a publisher waiting for room and a Flush wait on. Nil while nobody waits.
+	// waiters are the publications waiting for room, first come first served.
+	waiters []*waiter
+	// changed is closed, and cleared, when the queue hands a publication on: what a Flush
+	// waits on. Nil while nobody waits.
 	changed chan struct{}
 	closed  bool
 	started bool // the goroutine was started, by the first push
@@ -113,41 +118,81 @@ func (q *queue) notifyLocked() {
 	}
 }
 
-// reserve takes room for one publication of cost bytes, waiting for it up to the hub's
-// QueueWait. An empty queue always has room, so a publication larger than the byte bound is
-// not refused for ever.
+// waiter is a publication waiting for room in a full queue.
+type waiter struct {
+	cost    int
+	granted chan struct{} // closed once the room is taken for it, or the queue closed
+	err     error         // set before granted is closed: nil, or ErrHubClosed
+}
+
+// fitsLocked reports whether a publication of cost bytes fits now. An empty queue always has
+// room, so a publication larger than the byte bound is not refused for ever.
+func (q *queue) fitsLocked(cost int) bool {
+	return q.n == 0 || q.n < q.h.cfg.QueueLen && q.bytes+cost <= q.h.cfg.QueueBytes
+}
+
+// reserve takes room for one publication of cost bytes. When there is none, or other
+// publishers are already waiting, it waits its turn, first come first served, up to the hub's
+// QueueWait, and then gives up with a *BusyError.
 func (q *queue) reserve(channel string, cost int) error {
-	var timer *time.Timer
 	q.mu.Lock()
-	for {
-		if q.closed {
-			q.mu.Unlock()
-			return ErrHubClosed
-		}
-		if q.n == 0 || q.n < q.h.cfg.QueueLen && q.bytes+cost <= q.h.cfg.QueueBytes {
-			q.n++
-			q.bytes += cost
-			q.mu.Unlock()
-			if timer != nil {
-				timer.Stop()
-			}
-			return nil
-		}
-		ch := q.changedLocked()
+	if q.closed {
 		q.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(q.h.cfg.QueueWait)
+		return ErrHubClosed
+	}
+	if len(q.waiters) == 0 && q.fitsLocked(cost) {
+		q.n++
+		q.bytes += cost
+		q.mu.Unlock()
+		return nil
+	}
+	w := &waiter{cost: cost, granted: make(chan struct{})}
+	q.waiters = append(q.waiters, w)
+	q.mu.Unlock()
+
+	timer := time.NewTimer(q.h.cfg.QueueWait)
+	defer timer.Stop()
+	select {
+	case <-w.granted:
+		return w.err
+	case <-timer.C:
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-w.granted: // granted as the timer fired
+		return w.err
+	default:
+	}
+	for i, o := range q.waiters {
+		if o == w {
+			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			break
 		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			q.mu.Lock()
-			q.refused++
-			err := &BusyError{Channel: channel, Waited: q.h.cfg.QueueWait, Queued: q.n, MaxQueue: q.h.cfg.QueueLen}
-			q.mu.Unlock()
-			return err
+	}
+	q.refused++
+	// A smaller publication behind this one may fit now that it no longer waits ahead.
+	q.grantLocked()
+	return &BusyError{Channel: channel, Waited: q.h.cfg.QueueWait, Queued: q.n, MaxQueue: q.h.cfg.QueueLen}
+}
+
+// grantLocked hands the room there is to the waiting publishers, in the order they came, and
+// stops at the first that does not fit. Once the queue is closed it releases them all.
+func (q *queue) grantLocked() {
+	for len(q.waiters) > 0 {
+		w := q.waiters[0]
+		switch {
+		case q.closed:
+			w.err = ErrHubClosed
+		case q.fitsLocked(w.cost):
+			q.n++
+			q.bytes += w.cost
+		default:
+			return
 		}
-		q.mu.Lock()
+		q.waiters[0] = nil
+		q.waiters = q.waiters[1:]
+		close(w.granted)
 	}
 }
 
@@ -156,7 +201,7 @@ func (q *queue) unreserve(cost int) {
 	q.mu.Lock()
 	q.n--
 	q.bytes -= cost
-	q.notifyLocked()
+	q.grantLocked()
 	wake := q.closed && q.idle // a closing queue's goroutine waits for the reservations to end
 	q.idle = q.idle && !wake
 	q.mu.Unlock()
@@ -195,10 +240,11 @@ func (q *queue) push(j job, cost int) {
 }
 
 // run hands the queued publications to the bus, oldest first, until the queue is closed,
-// empty, and no publication that reserved room before the close is still to be queued. It takes every publication waiting at once, delivers them, deferring the writers'
-// wake-ups (stream.Wakeups), and wakes the writers after every wakeAfter deliveries and at the
-// end: a subscriber's writer then wakes once for all the publications of the batch, not once
-// per publication.
+// empty, and no publication that reserved room before the close is still to be queued. It
+// takes every publication waiting at once, delivers them, deferring the writers' wake-ups
+// (stream.Wakeups), and wakes the writers after every wakeAfter deliveries and at the end of
+// the batch: a subscriber's writer then wakes once for several publications, not once per
+// publication.
 func (q *queue) run() {
 	defer close(q.stopped)
 	var w stream.Wakeups
@@ -227,21 +273,24 @@ func (q *queue) run() {
 				if sn.deliver(q.h.bus, j.it, &w) {
 					n++
 				}
+				if pushed++; pushed >= wakeAfter {
+					w.Wake()
+					pushed = 0
+				}
 			}
-			pushed += len(*j.subs)
 			q.h.delivered.Add(uint64(n))
 			clear(*j.subs) // the pool must not keep subscriptions alive
 			*j.subs = (*j.subs)[:0]
 			q.h.targets.Put(j.subs)
-			if pushed >= wakeAfter || i == len(batch)-1 {
+			if i == len(batch)-1 {
 				w.Wake()
-				pushed = 0
 			}
 			q.mu.Lock()
 			q.n--
 			q.bytes -= j.bytes
 			q.done++
 			q.notifyLocked()
+			q.grantLocked()
 			q.mu.Unlock()
 		}
 		clear(batch) // nor the items
@@ -280,6 +329,7 @@ func (q *queue) close() {
 	}
 	q.closed = true
 	q.notifyLocked()
+	q.grantLocked()
 	if !q.started {
 		q.started = true
 		go q.run()

@@ -246,3 +246,44 @@ func TestCloseDrainsTheQueues(t *testing.T) {
 		t.Errorf("Publish after Close = %v, want ErrHubClosed", err)
 	}
 }
+
+// Publishers waiting for room get it in the order they came, whatever order they wake in.
+func TestWaitingPublishersGoInTurn(t *testing.T) {
+	h := queueHub(t, Config{Shards: 1, QueueLen: 1, QueueWait: time.Minute})
+	g := newGate()
+	_, unsub, err := h.Subscribe(g, "s", mustPattern(t, "rooms/1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	if _, err := h.Publish("rooms/1", "", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	const n = 5
+	offsets := make([]chan uint64, n)
+	for i := range n {
+		offsets[i] = make(chan uint64, 1)
+		go func() {
+			pos, err := h.Publish("rooms/1", "", []byte("1"))
+			if err != nil {
+				t.Error(err)
+			}
+			offsets[i] <- pos.Offset
+		}()
+		// The next publisher starts once this one waits.
+		for waiting := 0; waiting != i+1; {
+			time.Sleep(time.Millisecond)
+			q := h.queues[0]
+			q.mu.Lock()
+			waiting = len(q.waiters)
+			q.mu.Unlock()
+		}
+	}
+	close(g.open)
+	for i := range n {
+		if got, want := <-offsets[i], uint64(i+2); got != want {
+			t.Errorf("publisher %d to wait got offset %d, want %d: first come, first served", i, got, want)
+		}
+	}
+}
