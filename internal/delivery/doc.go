@@ -21,8 +21,7 @@
 // read under mu. There is no other lock, so no lock order to keep.
 //
 // The writer batches: a non-blocking drain with TryNext, a flush when TryNext finds nothing,
-// then a blocking wait in Next, which yields once when woken so that a burst in progress joins
-// the batch (see Next for the loop).
+// then a blocking wait in Next (see Next for the loop).
 //
 // # Lifecycle
 //
