@@ -13,14 +13,16 @@ import (
 
 // Defaults for the zero value of the fan-out fields of Config.
 const (
-	// DefaultQueueLen and DefaultQueueBytes bound each fan-out queue. The bytes count 8 per
-	// delivery besides the data, so a full queue is at most about 130,000 deliveries behind,
-	// a fraction of a second of fan-out, however many subscribers each publication has. A
-	// queue a few publications deep is all the batching of wake-ups needs; a deeper one only
-	// adds to every publication's latency once publishers outpace the fan-out, when holding
-	// them back (they wait for room) is the better answer.
-	DefaultQueueLen   = 32
-	DefaultQueueBytes = 1 << 20
+	// DefaultQueueLen, DefaultQueueDeliveries and DefaultQueueBytes bound each fan-out queue.
+	// The deliveries bound sets how far behind a queue may fall, whatever the audience: 16,384
+	// deliveries are a few tens of milliseconds of fan-out, and 16 publications to 1,000
+	// subscribers, enough for each writer to take several in one write. A deeper queue would
+	// only add to every publication's latency once publishers outpace the fan-out; holding them
+	// back (they wait for room) is the better answer then. The publications bound keeps many
+	// small fan-outs from queueing without end, the bytes bound their data.
+	DefaultQueueLen        = 256
+	DefaultQueueDeliveries = 16 << 10
+	DefaultQueueBytes      = 8 << 20
 	// DefaultQueueWait is how long a publish waits for room in a full queue before it is
 	// refused: as long as a session lets a client stay too slow (session.Config.SlowTimeout).
 	DefaultQueueWait = 10 * time.Second
@@ -81,8 +83,9 @@ type queue struct {
 	jobs  []job // waiting, oldest first
 	spare []job // the previous batch's storage, reused
 	// n and bytes count the publications queued or being handed on, and those reserved but not
-	// yet queued, with what they cost.
-	n, bytes int
+	// yet queued, with what they cost; deliveries counts the deliveries of those queued or
+	// being handed on.
+	n, bytes, deliveries int
 	done     uint64 // publications handed on, ever
 	queued   uint64 // publications queued, ever
 	refused  uint64 // publications refused as busy, ever
@@ -125,10 +128,14 @@ type waiter struct {
 	err     error         // set before granted is closed: nil, or ErrHubClosed
 }
 
-// fitsLocked reports whether a publication of cost bytes fits now. An empty queue always has
-// room, so a publication larger than the byte bound is not refused for ever.
+// fitsLocked reports whether a publication of cost bytes fits now: the queue is below its
+// bounds of publications and deliveries, and has room for its bytes. Its own deliveries are
+// not known until it has its position, so it may take the queue past the deliveries bound,
+// by one publication per publisher at most. An empty queue always has room, so a publication
+// larger than the byte bound is not refused for ever.
 func (q *queue) fitsLocked(cost int) bool {
-	return q.n == 0 || q.n < q.h.cfg.QueueLen && q.bytes+cost <= q.h.cfg.QueueBytes
+	cfg := &q.h.cfg
+	return q.n == 0 || q.n < cfg.QueueLen && q.deliveries < cfg.QueueDeliveries && q.bytes+cost <= cfg.QueueBytes
 }
 
 // reserve takes room for one publication of cost bytes. When there is none, or other
@@ -224,6 +231,7 @@ func (q *queue) push(j job, cost int) {
 	q.mu.Lock()
 	q.jobs = append(q.jobs, j)
 	q.bytes += j.bytes - cost
+	q.deliveries += len(*j.subs)
 	q.queued++
 	if !q.started {
 		// Started by the first publication that needs it, so a hub nobody publishes through
@@ -279,6 +287,7 @@ func (q *queue) run() {
 				}
 			}
 			q.h.delivered.Add(uint64(n))
+			deliveries := len(*j.subs)
 			clear(*j.subs) // the pool must not keep subscriptions alive
 			*j.subs = (*j.subs)[:0]
 			q.h.targets.Put(j.subs)
@@ -288,6 +297,7 @@ func (q *queue) run() {
 			q.mu.Lock()
 			q.n--
 			q.bytes -= j.bytes
+			q.deliveries -= deliveries
 			q.done++
 			q.notifyLocked()
 			q.grantLocked()

@@ -287,3 +287,29 @@ func TestWaitingPublishersGoInTurn(t *testing.T) {
 		}
 	}
 }
+
+// The deliveries bound holds a publisher back while the publications queued reach that many
+// subscriptions, however few publications they are.
+func TestQueueDeliveriesBound(t *testing.T) {
+	h := queueHub(t, Config{Shards: 1, QueueDeliveries: 2, QueueWait: 50 * time.Millisecond})
+	g := newGate()
+	for _, r := range []stream.Receiver{g, &recorder{}} {
+		_, unsub, err := h.Subscribe(r, "s", mustPattern(t, "rooms/1", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unsub()
+	}
+	if _, err := h.Publish("rooms/1", "", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	if _, err := h.Publish("rooms/1", "", []byte("2")); !errors.Is(err, ErrBusy) {
+		t.Errorf("Publish behind 2 queued deliveries with a bound of 2 = %v, want ErrBusy", err)
+	}
+	close(g.open)
+	flush(t, h)
+	if _, err := h.Publish("rooms/1", "", []byte("3")); err != nil {
+		t.Errorf("Publish once the queue emptied = %v", err)
+	}
+}

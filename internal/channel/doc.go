@@ -69,15 +69,15 @@
 // rather than once per delivery: a writer takes all a batch queued for it in one write, and
 // the writers do not compete with the fan-out still feeding them.
 //
-// A queue is bounded by publications (Config.QueueLen) and by bytes (Config.QueueBytes: the
-// data, 8 bytes per delivery, and a fixed cost each), a few publications deep by default: enough
-// to batch wake-ups, short enough that a publication does not wait long behind others. Its
-// overflow rule is wait, then refuse: a publish takes room before it takes the channel's lock
-// or a position, waits for room in turn with the other publishers waiting (first come, first
-// served) up to Config.QueueWait, and is then refused with a *BusyError (ErrBusy), having
-// taken no position, so a refused publication leaves no hole in the channel's offsets. So
-// publishers that outpace the fan-out are held back to its pace. An empty queue always has
-// room. Close stops taking publications, hands on what was queued and returns once the
+// A queue is bounded by publications (Config.QueueLen), by the deliveries they make
+// (Config.QueueDeliveries: a few tens of milliseconds of fan-out by default, enough to batch
+// wake-ups, short enough that a publication does not wait long behind others) and by bytes
+// (Config.QueueBytes: their data). Its overflow rule is wait, then refuse: a publish takes
+// room before it takes the channel's lock or a position, waits for room in turn with the other
+// publishers waiting (first come, first served) up to Config.QueueWait, and is then refused
+// with a *BusyError (ErrBusy), having taken no position, so a refused publication leaves no
+// hole in the channel's offsets. So publishers that outpace the fan-out are held back to its
+// pace. An empty queue always has room. Close stops taking publications, hands on what was queued and returns once the
 // goroutines have; Flush waits for what was published before it to be handed on.
 //
 // Which subscriptions a publication reaches is decided when its position is assigned, under

@@ -36,10 +36,13 @@ type Config struct {
 	// QueueLen bounds each fan-out queue: the most publications waiting to be handed on, or
 	// being handed on. Default DefaultQueueLen.
 	QueueLen int
-	// QueueBytes bounds each fan-out queue's bytes: the publications' data and the lists of
-	// the subscriptions they reach (8 bytes each), plus a fixed cost each. A publication waits
-	// while the queue holds this much, so the queue may pass it by the publications admitted
-	// just before, one per publisher at most. Default DefaultQueueBytes.
+	// QueueDeliveries bounds each fan-out queue's deliveries: a publication waits while the
+	// publications queued reach this many subscriptions in all, so the queue may pass it by the
+	// publications admitted just before, one per publisher at most. Default
+	// DefaultQueueDeliveries.
+	QueueDeliveries int
+	// QueueBytes bounds each fan-out queue's bytes: the publications' data, names and a fixed
+	// cost each. Default DefaultQueueBytes.
 	QueueBytes int
 	// QueueWait is how long Publish waits for room in a full queue before it refuses the
 	// publication with a *BusyError: the overflow rule is wait, then refuse. Default
@@ -116,6 +119,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = DefaultQueueLen
+	}
+	if cfg.QueueDeliveries <= 0 {
+		cfg.QueueDeliveries = DefaultQueueDeliveries
 	}
 	if cfg.QueueBytes <= 0 {
 		cfg.QueueBytes = DefaultQueueBytes
@@ -300,7 +306,7 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 	}
 	it := stream.NewMessage(&stream.Message{Pos: pos, Channel: channel, Event: event, Data: data})
 	// Queued under st.mu: the queue then holds the channel's publications in offset order.
-	q.push(job{it: it, subs: ts, bytes: cost + 8*len(*ts)}, cost)
+	q.push(job{it: it, subs: ts, bytes: cost}, cost)
 	return pos, nil
 }
 
