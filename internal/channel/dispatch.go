@@ -29,11 +29,11 @@ const (
 )
 
 // wakeAfter is how many deliveries a fan-out queue makes before it wakes the writers they made
-// runnable: about a millisecond of pushes. With several small publications in hand, a writer
-// wakes once for all of them; a publication reaching many more subscribers wakes its first
-// writers while it is still being handed to the rest, which the other processors can write
-// meanwhile.
-const wakeAfter = 8 << 10
+// runnable, if its batch has not ended first. A batch is what the queue held, so it is about
+// Config.QueueDeliveries long, a few milliseconds of pushes, and its writers wake at its end,
+// each to every publication of the batch it receives. Only a publication reaching many more
+// subscribers than that wakes its first writers while it is still being handed to the rest.
+const wakeAfter = 32 << 10
 
 // jobBytes is what a queued publication costs besides its data: the item, the message, their
 // position text and the pooled slice header, roughly.
@@ -86,9 +86,9 @@ type queue struct {
 	// yet queued, with what they cost; deliveries counts the deliveries of those queued or
 	// being handed on.
 	n, bytes, deliveries int
-	done     uint64 // publications handed on, ever
-	queued   uint64 // publications queued, ever
-	refused  uint64 // publications refused as busy, ever
+	done                 uint64 // publications handed on, ever
+	queued               uint64 // publications queued, ever
+	refused              uint64 // publications refused as busy, ever
 	// waiters are the publications waiting for room, first come first served.
 	waiters []*waiter
 	// changed is closed, and cleared, when the queue hands a publication on: what a Flush

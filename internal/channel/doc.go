@@ -65,7 +65,7 @@
 // hashes to, so its publications are handed on in the order they were queued, which is offset
 // order. The goroutine takes every publication waiting, hands each to the bus for each
 // subscription it reaches (bus DeliverDeferred), and wakes the writers those deliveries made
-// runnable once per batch (stream.Wakeups), after every few thousand deliveries and at its end,
+// runnable once per batch (stream.Wakeups), at its end (or every 32k deliveries of a huge one),
 // rather than once per delivery: a writer takes all a batch queued for it in one write, and
 // the writers do not compete with the fan-out still feeding them.
 //
