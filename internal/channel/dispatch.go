@@ -256,7 +256,15 @@ func (q *queue) push(j job, cost int) {
 func (q *queue) run() {
 	defer close(q.stopped)
 	var w stream.Wakeups
+	woke := false
 	for {
+		if woke {
+			// Let the writers just woken run before the next batch is taken: when they are what
+			// holds the node back, the publications that arrive meanwhile join the next batch,
+			// and each writer takes them in one write. On an idle node it is one pass through
+			// the scheduler per batch, not one per writer.
+			runtime.Gosched()
+		}
 		q.mu.Lock()
 		for len(q.jobs) == 0 {
 			if q.closed && q.n == 0 {
@@ -292,6 +300,7 @@ func (q *queue) run() {
 			*j.subs = (*j.subs)[:0]
 			q.h.targets.Put(j.subs)
 			if i == len(batch)-1 {
+				woke = w.Len() > 0
 				w.Wake()
 			}
 			q.mu.Lock()

@@ -67,7 +67,9 @@
 // subscription it reaches (bus DeliverDeferred), and wakes the writers those deliveries made
 // runnable once per batch (stream.Wakeups), at its end (or every 32k deliveries of a huge one),
 // rather than once per delivery: a writer takes all a batch queued for it in one write, and
-// the writers do not compete with the fan-out still feeding them.
+// the writers do not compete with the fan-out still feeding them. Having woken them, the
+// goroutine yields once before it takes the next batch, so that while the writers are what
+// holds the node back, the publications arriving meanwhile make the next batch larger.
 //
 // A queue is bounded by publications (Config.QueueLen), by the deliveries they make
 // (Config.QueueDeliveries: a few tens of milliseconds of fan-out by default, enough to batch
