@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
@@ -52,7 +53,7 @@ type Handler struct {
 	keepalives *heartbeat.Wheel // every stream's keepalive
 
 	mu      sync.Mutex
-	streams map[string]*session.Session // guarded by mu: live streams by session id
+	streams map[string]*heraldv1.Conn // guarded by mu: live streams by session id
 }
 
 // New returns the SSE handler. base is the server's context: sessions run under it.
@@ -61,6 +62,9 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 		cfg.PingInterval = 25 * time.Second
 	}
 	cfg.Session.PingInterval = cfg.PingInterval
+	if cfg.Session.Codec == nil {
+		cfg.Session.Codec = wire.Codec{}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -68,7 +72,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 		cfg.Session.Logger = cfg.Logger
 	}
 	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger,
-		keepalives: heartbeat.New(cfg.PingInterval), streams: map[string]*session.Session{}}
+		keepalives: heartbeat.New(cfg.PingInterval), streams: map[string]*heraldv1.Conn{}}
 }
 
 func bearer(r *http.Request) string {
@@ -78,13 +82,13 @@ func bearer(r *http.Request) string {
 	return r.URL.Query().Get("access_token")
 }
 
-func authError(err error) *wire.Error { return session.AuthError("", err) }
+func authError(err error) *wire.Error { return heraldv1.AuthError("", err) }
 
 // Stream serves GET /v1/sse.
 func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the response cannot stream"})
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the response cannot stream"})
 		return
 	}
 	lastID := r.Header.Get("Last-Event-ID")
@@ -97,12 +101,12 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		session.WriteHTTPError(w, we)
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	ident, err := h.auth.Authenticate(bearer(r))
 	if err != nil {
-		session.WriteHTTPError(w, authError(err))
+		heraldv1.WriteHTTPError(w, authError(err))
 		return
 	}
 	release, ok := h.registry.Admit()
@@ -119,16 +123,17 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	if sub != nil {
 		t.urlSub = sub.Sub
 	}
-	s, err := session.New(h.cfg.Session, h.deps, t, ident)
+	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(t), ident)
 	if err != nil {
 		startStream(w, flusher)
 		_, _ = fmt.Fprintf(w, "retry: 2000\n\ndata: {\"type\":\"error\",\"code\":\"internal\",\"status\":500,\"message\":\"the server could not open a session\"}\n\n")
 		flusher.Flush()
 		return
 	}
-	s.Send(s.Welcome(""))
+	c := heraldv1.New(s)
+	c.Send(c.Welcome(""))
 	if sub != nil {
-		if we := s.Subscribe(sub); we != nil {
+		if we := c.Subscribe(r.Context(), sub); we != nil {
 			s.Abort()
 			if we.StatusCode() >= 500 {
 				// A refusal that may pass: a 200 stream that ends at once, so EventSource
@@ -139,14 +144,14 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 				flusher.Flush()
 				return
 			}
-			session.WriteHTTPError(w, we)
+			heraldv1.WriteHTTPError(w, we)
 			return
 		}
 	}
 	untrack := h.registry.Track(s)
 	defer untrack()
 	h.mu.Lock()
-	h.streams[s.ID()] = s
+	h.streams[s.ID()] = c
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
@@ -198,7 +203,7 @@ func (k *keepalive) beat() {
 		}
 		k.failed.Store(true)
 		if errors.Is(err, errBlocked) {
-			k.s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.t.slow))
+			k.s.Close(session.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.t.slow))
 		} else {
 			k.s.Lost("connection lost")
 		}
@@ -232,16 +237,16 @@ func startStream(w http.ResponseWriter, flusher http.Flusher) {
 // Command serves POST /v1/sse/{session}: one client frame for a live stream's session.
 func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
-	s := h.streams[r.PathValue("session")]
+	c := h.streams[r.PathValue("session")]
 	h.mu.Unlock()
-	if s == nil {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
+	if c == nil {
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(maxFrame(h.cfg.Session.MaxFrameBytes)))
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
 		return
 	}
 	f, err := wire.Decode(body, h.cfg.Session.MaxFrameBytes)
@@ -250,7 +255,7 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		session.WriteHTTPError(w, we)
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	// The session belongs to the identity that opened the stream: a command must prove the
@@ -258,17 +263,17 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 	if _, isRefresh := f.(*wire.Refresh); !isRefresh {
 		ident, err := h.auth.Authenticate(bearer(r))
 		if err != nil {
-			session.WriteHTTPError(w, authError(err))
+			heraldv1.WriteHTTPError(w, authError(err))
 			return
 		}
-		owner := s.Identity()
+		owner := c.Session().Identity()
 		if ident.Subject != owner.Subject || ident.Anonymous != owner.Anonymous {
-			session.WriteHTTPError(w, &wire.Error{Code: wire.CodeForbidden, Message: "this session belongs to another identity"})
+			heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeForbidden, Message: "this session belongs to another identity"})
 			return
 		}
 	}
-	if we := s.TryHandle(f); we != nil {
-		session.WriteHTTPError(w, we)
+	if we := c.TryHandle(r.Context(), f); we != nil {
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -297,7 +302,7 @@ type transport struct {
 	done         chan struct{}
 }
 
-var _ session.Transport = (*transport)(nil)
+var _ heraldv1.Carrier = (*transport)(nil)
 
 func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	t.mu.Lock()
