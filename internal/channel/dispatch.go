@@ -57,7 +57,7 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("channel: the fan-out queue for %q stayed full for %s (%d/%d publications waiting): subscribers on this node are being handed publications more slowly than they are published",
+	return fmt.Sprintf("channel: the fan-out queue for %q stayed full for %s (%d publications in it, at most %d): subscribers on this node are being handed publications more slowly than they are published",
 		e.Channel, e.Waited, e.Queued, e.MaxQueue)
 }
 

@@ -443,7 +443,7 @@ type Stats struct {
 	Published     uint64 // publications, ever
 	Delivered     uint64 // Deliver calls, ever: one per publication and subscription it reached
 	Forgotten     uint64 // channel states forgotten, ever
-	Queued        int    // publications waiting in the fan-out queues, or being handed on
+	Queued        int    // publications in the fan-out queues: waiting, being handed on, or about to be queued
 	Refused       uint64 // publications refused because their fan-out queue stayed full, ever
 }
 
