@@ -13,7 +13,7 @@ run: build
 demo-tail: build
 	scripts/demo
 
-## test: every test, against a private Postgres and Redis that scripts/testenv starts and stops
+## test: every test, against a private Postgres and Redis (and under CI=true a Redis Cluster) that scripts/testenv starts and stops
 test:
 	scripts/testenv run -- $(MAKE) --no-print-directory test-go
 
