@@ -244,6 +244,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.SendSeconds = sendEnd.Sub(start).Seconds()
 	r.RunSeconds = end.Sub(start).Seconds()
 	r.fill(&t, sent.sent.Load(), start, before, connected, after)
+	if cfg.Table == "" {
+		r.PublishMS = sent.answer.latency()
+	}
 	r.Abandoned = sent.issued.Load() - sent.sent.Load()
 	if cfg.Filter != nil {
 		r.Expected = 0 // a filter passes an unknown share of the rows
@@ -515,6 +518,8 @@ type Report struct {
 	Ended map[string]int `json:"ended,omitempty"`
 
 	LatencyMS Latency `json:"latency_ms"`
+	// PublishMS is how long POST /v1/publish took to answer (channel mode): its round trip.
+	PublishMS *Latency `json:"publish_ms,omitempty"`
 
 	ServerPID               int     `json:"server_pid,omitempty"`
 	ServerCPUSeconds        float64 `json:"server_cpu_seconds"`         // over RunSeconds
@@ -533,7 +538,8 @@ type Report struct {
 	LoadEnd   string `json:"load_average_end"`
 }
 
-// Latency is the distribution of send-to-receipt times, in milliseconds.
+// Latency is a distribution of times in milliseconds: from send to receipt, or a publish's
+// round trip.
 type Latency struct {
 	P50  float64 `json:"p50"`
 	P95  float64 `json:"p95"`
@@ -576,10 +582,7 @@ func (r *Report) fill(t *tally, sent int64, start time.Time, before, connected, 
 		r.DeliveriesPerSecond = float64(r.Received) / r.Seconds
 	}
 	r.Resyncs, r.Lost, r.ErrorFrames = t.resyncs.Load(), t.lost.Load(), t.errors.Load()
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	h := &t.latency
-	r.LatencyMS = Latency{P50: ms(h.quantile(0.50)), P95: ms(h.quantile(0.95)), P99: ms(h.quantile(0.99)),
-		Max: ms(time.Duration(h.max.Load()) * time.Microsecond), Mean: ms(h.mean())}
+	r.LatencyMS = *t.latency.latency()
 	r.ClientCPUSeconds = (after.clientCPU - connected.clientCPU).Seconds()
 	if before.ok && connected.ok && after.ok {
 		r.ServerCPUConnectSeconds = (connected.serverCPU - before.serverCPU).Seconds()
@@ -625,6 +628,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	l := r.LatencyMS
 	fmt.Fprintf(w, "  latency      %s to receipt: p50 %.2f ms  p95 %.2f ms  p99 %.2f ms  max %.2f ms  mean %.2f ms\n", from, l.P50, l.P95, l.P99, l.Max, l.Mean)
+	if p := r.PublishMS; p != nil {
+		fmt.Fprintf(w, "  publish      answered in: p50 %.2f ms  p95 %.2f ms  p99 %.2f ms  max %.2f ms  mean %.2f ms\n", p.P50, p.P95, p.P99, p.Max, p.Mean)
+	}
 	fmt.Fprintf(w, "  resyncs      %d (lost %d)  error frames %d", r.Resyncs, r.Lost, r.ErrorFrames)
 	if r.Unmarked > 0 {
 		fmt.Fprintf(w, "  other data frames %d", r.Unmarked)

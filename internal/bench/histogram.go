@@ -95,3 +95,10 @@ func (h *histogram) mean() time.Duration {
 	}
 	return time.Duration(h.sum.Load()/n) * time.Microsecond
 }
+
+// latency summarises the histogram in milliseconds.
+func (h *histogram) latency() *Latency {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return &Latency{P50: ms(h.quantile(0.50)), P95: ms(h.quantile(0.95)), P99: ms(h.quantile(0.99)),
+		Max: ms(time.Duration(h.max.Load()) * time.Microsecond), Mean: ms(h.mean())}
+}

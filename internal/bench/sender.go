@@ -29,6 +29,9 @@ type sender interface {
 type counts struct {
 	issued atomic.Int64 // handed to the server
 	sent   atomic.Int64 // taken by the server: published, or committed
+	// answer is how long each publish took to be answered (channel mode): the request's round
+	// trip, from before it was sent to its response read.
+	answer histogram
 }
 
 // schedule returns when event i (0-based) is due: start + i/rate.
@@ -94,9 +97,11 @@ func (p *publisher) send(ctx context.Context, stop <-chan struct{}, n int, rate 
 				if i >= n || !sleepUntil(ctx, stop, schedule(start, i, rate)) {
 					return
 				}
-				data = channelData(data[:0], time.Now().UnixNano(), i)
+				sentAt := time.Now()
+				data = channelData(data[:0], sentAt.UnixNano(), i)
 				c.issued.Add(1)
 				_, err := client.PublishHTTP(ctx, p.hc, p.base, p.apiKey, client.Publication{Channel: p.channel, Data: json.RawMessage(data)})
+				c.answer.record(time.Since(sentAt))
 				if err != nil {
 					if ctx.Err() == nil {
 						errOnce.Do(func() { firstErr = fmt.Errorf("publish event %d: %w", i, err); cancel() })

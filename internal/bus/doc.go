@@ -20,8 +20,9 @@
 //
 // # Concurrency
 //
-// Deliver and Flush are safe for concurrent use. Producers serialise their own streams (the
-// router routes one transaction at a time; the channel hub holds a channel's lock from a
-// publication's position to its last delivery), which is what makes per-subscription order
-// hold end to end.
+// Deliver, DeliverDeferred and Flush are safe for concurrent use. Producers serialise their own
+// streams (the router routes one transaction at a time; the channel hub hands a channel's
+// publications on from one fan-out queue, in offset order), which is what makes
+// per-subscription order hold end to end. DeliverDeferred lets a producer that fans one item
+// out to many receivers wake their writers once it is done (stream.Wakeups).
 package bus

@@ -23,6 +23,18 @@ func (m *Memory) Deliver(r stream.Receiver, sub string, it *stream.Item) {
 	m.delivered.Add(1)
 }
 
+// DeliverDeferred is Deliver for a fan-out that wakes the writers it fed once it is done: a
+// receiver that can (stream.DeferringReceiver) adds its writer to w rather than waking it, and
+// the caller calls w.Wake after its last delivery. Order and once hold as for Deliver.
+func (m *Memory) DeliverDeferred(r stream.Receiver, sub string, it *stream.Item, w *stream.Wakeups) {
+	if dr, ok := r.(stream.DeferringReceiver); ok {
+		dr.PushDeferred(sub, it, w)
+	} else {
+		r.Push(sub, it)
+	}
+	m.delivered.Add(1)
+}
+
 // Flush returns at once: Deliver has already handed everything over.
 func (m *Memory) Flush(context.Context) error { return nil }
 

@@ -78,6 +78,10 @@ func newAssembler(dec *decoder, cfg *Config) *assembler {
 // position that may be confirmed.
 func (a *assembler) open() bool { return a.cur != nil || a.inStream || len(a.streams) > 0 }
 
+// inTxn reports whether the stream is in the middle of a transaction or of a streamed segment:
+// more of it is on its way, and none of it can be handed on before its end arrives.
+func (a *assembler) inTxn() bool { return a.cur != nil || a.inStream }
+
 // result is what one message completed, if anything.
 type result struct {
 	txn *change.Txn // a committed transaction to hand on

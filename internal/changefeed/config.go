@@ -58,6 +58,12 @@ type Config struct {
 	// so the changefeed holds at most about twice MaxTxnBytes: what waits, and the transaction
 	// being assembled.
 	QueueTxns int
+	// ReadLinger is how long a read of the replication connection waits before it reads again,
+	// when the last read emptied the socket in the middle of a transaction: the server's next
+	// messages gather meanwhile and arrive in one read instead of a wakeup every few changes.
+	// It adds at most this much to a transaction's delivery, and only to one that was still
+	// arriving. Linux, over a Unix socket only. Default DefaultReadLinger (100µs); negative turns it off.
+	ReadLinger time.Duration
 	// LeaderPoll is how often a standby tries for the leader lock. Default 1s.
 	LeaderPoll time.Duration
 	// BackoffMin and BackoffMax bound the jittered backoff between restarts. Defaults 250ms, 30s.
@@ -99,6 +105,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if d.QueueTxns <= 0 {
 		d.QueueTxns = 64
+	}
+	if d.ReadLinger == 0 {
+		d.ReadLinger = DefaultReadLinger
 	}
 	if d.LeaderPoll <= 0 {
 		d.LeaderPoll = time.Second
@@ -143,6 +152,10 @@ func (c *Config) Validate() error {
 	}
 	if d.SilenceTimeout <= d.StatusInterval {
 		return bad("the silence timeout must be longer than the status interval", "raise changefeed.silence_timeout above changefeed.status_interval")
+	}
+	if d.ReadLinger > maxReadLinger {
+		return bad(fmt.Sprintf("the read linger %s is longer than %s", d.ReadLinger, maxReadLinger),
+			"set Config.ReadLinger to a few hundred microseconds at most, or negative to turn it off")
 	}
 	if d.BackoffMax < d.BackoffMin {
 		return bad("backoff max is below backoff min", "raise Config.BackoffMax above Config.BackoffMin")

@@ -13,6 +13,12 @@
 //	                          v
 //	                        sink goroutine: Sink.Accept, then record the accepted end LSN
 //
+// The reader waits for the server as cheaply as it can (see receiver): on Linux it reads the
+// socket with raw non-blocking read(2) calls, and, over a Unix socket, in the middle of a
+// transaction a read that
+// emptied the socket is followed by a wait of Config.ReadLinger before the next, so that a
+// reader keeping pace with the server is not woken for every few changes.
+//
 // A transaction reaches the sink only once committed: it is buffered from Begin to Commit, and a
 // streamed (protocol 2) transaction from its first Stream Start to its Stream Commit; a Stream
 // Abort discards it, or one subtransaction's share of it. Every event of a transaction carries

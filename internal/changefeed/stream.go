@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,15 @@ func (f *Feed) session(ctx context.Context) error {
 		return err
 	}
 	cc.BuildFrontend = newFrontend
+	rx := &receiver{linger: f.cfg.ReadLinger}
+	dial := cc.DialFunc
+	cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return newSocket(c, rx), nil
+	}
 	connectCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	conn, err := pgconn.ConnectConfig(connectCtx, cc)
 	cancel()
@@ -113,19 +123,25 @@ func (f *Feed) session(ctx context.Context) error {
 	}
 	f.update(func(s *Stats) { s.Streaming, s.Failure, s.ConfirmFailures = true, "", 0 })
 
-	p := &pump{
-		f:       f,
-		conn:    conn,
-		asm:     newAssembler(newDecoder(f.follower(), f.cfg.TenantColumn), &f.cfg),
-		handoff: make(chan handoff, f.cfg.QueueTxns),
-		room:    make(chan struct{}, 1),
-		sinkErr: make(chan error, 1),
-	}
+	p := newPump(f, conn, rx)
 	p.asm.skipThrough = f.resumeCommit
 	p.asm.text = messageText(conn.ParameterStatus("server_encoding"))
 	p.accepted.Store(uint64(start))
 	p.confirmed = start
 	return p.run(ctx)
+}
+
+// newPump makes the pump of one stream over conn, whose socket rx speaks to.
+func newPump(f *Feed, conn *pgconn.PgConn, rx *receiver) *pump {
+	return &pump{
+		f:       f,
+		conn:    conn,
+		rx:      rx,
+		asm:     newAssembler(newDecoder(f.follower(), f.cfg.TenantColumn), &f.cfg),
+		handoff: make(chan handoff, f.cfg.QueueTxns),
+		room:    make(chan struct{}, 1),
+		sinkErr: make(chan error, 1),
+	}
 }
 
 // readBufferSize is how much one read of the replication connection may take in. Each change
@@ -168,6 +184,7 @@ type handoff struct {
 type pump struct {
 	f       *Feed
 	conn    *pgconn.PgConn
+	rx      *receiver
 	asm     *assembler
 	handoff chan handoff
 	sinkErr chan error
@@ -188,6 +205,7 @@ type pump struct {
 	wake atomic.Bool
 
 	// owned by the reader goroutine
+	inTxn        bool       // as last told to rx
 	confirmed    change.LSN // last position sent to the server
 	idle         change.LSN // a keepalive's WAL end, received while nothing was in flight
 	serverEnd    change.LSN
@@ -430,6 +448,10 @@ func (p *pump) copyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return &Error{Stage: StageDecode, Detail: fmt.Sprintf("at %s: %v", walStart, err), Err: err,
 				Fix: "report this with the Postgres version; the stream restarts from the last confirmed transaction"}
+		}
+		if in := p.asm.inTxn(); in != p.inTxn {
+			p.inTxn = in
+			p.rx.inTxn.Store(in)
 		}
 		switch {
 		case res.txn != nil:

@@ -42,13 +42,19 @@ func fakeStream(tb testing.TB, cfg Config, sink Sink) (p *pump, server net.Conn)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	f, err := New(cfg, sink)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	cc, err := pgconn.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cc.BuildFrontend = newFrontend // as session sets it; Construct builds the frontend with it
+	// As session's dialer wraps it.
+	rx := &receiver{linger: f.cfg.ReadLinger}
 	conn, err := pgconn.Construct(&pgconn.HijackedConn{
-		Conn: client, Config: cc, ParameterStatuses: map[string]string{}, TxStatus: 'I',
+		Conn: newSocket(client, rx), Config: cc, ParameterStatuses: map[string]string{}, TxStatus: 'I',
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -57,18 +63,7 @@ func fakeStream(tb testing.TB, cfg Config, sink Sink) (p *pump, server net.Conn)
 		_ = server.Close()
 		_ = conn.Close(context.Background())
 	})
-	f, err := New(cfg, sink)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &pump{
-		f:       f,
-		conn:    conn,
-		asm:     newAssembler(newDecoder(f.follower(), f.cfg.TenantColumn), &f.cfg),
-		handoff: make(chan handoff, f.cfg.QueueTxns),
-		room:    make(chan struct{}, 1),
-		sinkErr: make(chan error, 1),
-	}, server
+	return newPump(f, conn, rx), server
 }
 
 // copyData frames a replication message as the walsender sends it.
@@ -191,5 +186,35 @@ func TestQueueIsBoundedByBytes(t *testing.T) {
 	}
 	if n, q := len(p.handoff), p.queuedBytes.Load(); n != 1 || q != h.bytes {
 		t.Errorf("queue %d transactions of %d bytes, want 1 of %d", n, q, h.bytes)
+	}
+}
+
+// TestReaderTellsTheSocketWhenATransactionIsOpen: the socket lingers only while a transaction
+// or a streamed segment is open, so the reader must tell it when one opens and when it ends.
+func TestReaderTellsTheSocketWhenATransactionIsOpen(t *testing.T) {
+	p, _ := fakeStream(t, Config{}, SinkFunc(func(context.Context, *change.Txn) error { return nil }))
+	steps := []struct {
+		what string
+		m    msg
+		want bool
+	}{
+		{"relation", relationMsg(false, 0, 'd'), false},
+		{"begin", begin(0x100, 7), true},
+		{"insert", insert(false, 0, "1", "a", "acme"), true},
+		{"commit", commit(0x100, 0x110), false},
+		{"stream start", streamStart(9), true},
+		{"streamed insert", insert(true, 9, "2", "b", "acme"), true},
+		{"stream stop", streamStop(), false}, // the streamed transaction is still open, but nothing more need come
+		{"stream start again", streamStart(9), true},
+		{"stream stop again", streamStop(), false},
+		{"stream commit", streamCommit(9, 0x200, 0x210), false},
+	}
+	for _, s := range steps {
+		if err := p.copyData(context.Background(), xlogData(0, s.m)[5:]); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		if got := p.rx.inTxn.Load(); got != s.want {
+			t.Fatalf("after %s the socket was told in a transaction = %v, want %v", s.what, got, s.want)
+		}
 	}
 }

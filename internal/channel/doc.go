@@ -53,16 +53,46 @@
 // # Concurrency model
 //
 // A Hub is safe for concurrent use. Publish is called by session reader goroutines and HTTP
-// handlers; Subscribe and the unsubscribe it returns by session goroutines. The hub starts no
-// goroutine: each publication is handed to the Bus, one stream.Item shared by every
-// subscription it reaches, on its publisher's goroutine, before Publish returns. The hub knows
-// no protocol: the session encodes the item for its connection (once per protocol).
+// handlers; Subscribe and the unsubscribe it returns by session goroutines. The hub knows no
+// protocol: it hands one stream.Item, shared by every subscription it reaches, to the Bus, and
+// the session encodes it for its connection (once per protocol).
+//
+// # Fan-out
+//
+// A publish does not deliver on its caller's goroutine. Under its channel's lock it asks the
+// broker for the position, collects the matching subscriptions, and appends the publication to
+// its channel's fan-out queue, then returns. The hub has Config.Shards queues, each with one
+// goroutine (started by the queue's first publication); a channel always uses the queue its name
+// hashes to, so its publications are handed on in the order they were queued, which is offset
+// order. The goroutine takes every publication waiting, hands each to the bus for each
+// subscription it reaches (bus DeliverDeferred), and wakes the writers those deliveries made
+// runnable once per batch (stream.Wakeups), at its end (or every 32k deliveries of a huge one),
+// rather than once per delivery: a writer takes all a batch queued for it in one write, and
+// the writers do not compete with the fan-out still feeding them. Having woken them, the
+// goroutine yields once before it takes the next batch, so that while the writers are what
+// holds the node back, the publications arriving meanwhile make the next batch larger.
+//
+// A queue is bounded by publications (Config.QueueLen), by the deliveries they make
+// (Config.QueueDeliveries: a few tens of milliseconds of fan-out by default, enough to batch
+// wake-ups, short enough that a publication does not wait long behind others) and by bytes
+// (Config.QueueBytes: their data). Its overflow rule is wait, then refuse: a publish takes
+// room before it takes the channel's lock or a position, waits for room in turn with the other
+// publishers waiting (first come, first served) up to Config.QueueWait, and is then refused
+// with a *BusyError (ErrBusy), having taken no position, so a refused publication leaves no
+// hole in the channel's offsets. So publishers that outpace the fan-out are held back to its
+// pace. An empty queue always has room. Close stops taking publications, hands on what was queued and returns once the
+// goroutines have; Flush waits for what was published before it to be handed on.
+//
+// Which subscriptions a publication reaches is decided when its position is assigned, under
+// the channel's lock: an exact Subscribe joins between two publications, as before. A
+// subscription is still checked as it is delivered to, so one that ended meanwhile gets
+// nothing: once unsubscribe returns, no delivery to it is running and none will start.
 //
 // Locks, and what each guards:
 //
 //   - state.mu, one per channel: its holders, and the order of its publications. A publish holds
-//     it from asking the broker for a position to its last delivery, so publications to one
-//     channel reach every subscriber in offset order, and an exact Subscribe holds it while it
+//     it from asking the broker for a position to queueing the publication, so publications
+//     to one channel are queued in offset order, and an exact Subscribe holds it while it
 //     asks the broker for the head and joins, so it joins between two publications.
 //     Publications to different channels take different locks and run in parallel.
 //   - MemoryBroker.mu: the broker's streams. Taken briefly under state.mu, never across
@@ -71,30 +101,34 @@
 //     collects the matching subscriptions into a pooled slice; Subscribe and unsubscribe hold
 //     it exclusively for an O(1) update.
 //   - bucket.chMu: which channels a token's bucket holds. Taken briefly under Hub.mu.
+//   - queue.mu, one per fan-out queue: its publications, its counts and bytes. Taken briefly,
+//     by a publish to take room (before state.mu) and to queue (under state.mu), and by the
+//     queue's goroutine to take a batch and to free room (under no other lock). Never held
+//     across a delivery or a wait.
 //   - subscription.mu (RWMutex): whether the subscription is live. Held shared around each
-//     delivery, exclusively by unsubscribe, so that once unsubscribe returns no delivery for it
-//     is running or will start.
+//     delivery, on the queue's goroutine, exclusively by unsubscribe, so that once unsubscribe
+//     returns no delivery for it is running or will start.
 //   - Hub.chMu (RWMutex): which channel states exist. Held shared for a lookup, exclusively to
 //     create or forget a state, never across anything else.
 //
 // Lock order: state.mu, then MemoryBroker.mu; state.mu, then Hub.mu, then bucket.chMu;
-// state.mu, then subscription.mu, then whatever the bus and the receiver take (the session's
-// mu, then the connection's delivery.Lanes lock); state.mu, then Hub.chMu (and under it
-// MemoryBroker.mu, to forget a stream). Hub.mu and Hub.chMu are never held together, and
+// state.mu, then queue.mu; subscription.mu, then whatever the bus and the receiver take (the
+// session's mu, then the connection's delivery.Lanes lock); state.mu, then Hub.chMu (and under
+// it MemoryBroker.mu, to forget a stream). Hub.mu and Hub.chMu are never held together, and
 // unsubscribe takes Hub.mu, subscription.mu and each state.mu one after the other, never
 // nested. Because unsubscribe waits on subscription.mu for a running delivery, its caller must
 // not hold a lock a delivery takes (the session calls it outside its own mutex).
 //
-// A delivery runs under state.mu and subscription.mu, which is why the bus and the receiver
-// must not block and must not call back into the hub. That is not I/O under a lock: the
-// session's Push is delivery.Lanes.PushData, O(1) work under the connection's own lock that
-// never waits for the socket. A slow client's lane overflows into a resync marker instead of
-// holding the publisher, so the channel lock is held for O(matching subscriptions) memory work
-// and no longer.
+// A delivery runs under subscription.mu on a queue's goroutine, which is why the bus and the
+// receiver must not block and must not call back into the hub: a receiver that blocked would
+// hold every channel of its queue. The session's Push is delivery.Lanes.PushDataDeferred, O(1)
+// work under the connection's own lock that never waits for the socket. A slow client's lane
+// overflows into a resync marker instead of holding the queue.
 //
 // # Lifecycle
 //
-// New returns an empty hub on a bus. There is nothing to close: it owns no goroutine, and a hub
-// nobody references is collected with its state. A subscription ends with its unsubscribe function;
-// the session calls it for each subscription when the connection goes.
+// New returns an empty hub on a bus; it starts no goroutine until a publication needs a queue.
+// Close ends the fan-out (the node calls it at shutdown, after its sessions); a hub never
+// published to holds no goroutine and may simply be dropped. A subscription ends with its
+// unsubscribe function; the session calls it for each subscription when the connection goes.
 package channel

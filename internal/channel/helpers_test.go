@@ -1,11 +1,13 @@
 package channel
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -38,13 +40,24 @@ func (r *recorder) Push(sub string, it *stream.Item) {
 }
 
 // testHub returns a hub on a memory bus, its broker handing out epochs from newEpoch (nil: the
-// default) and offsets up to maxOffset (0: the default).
-func testHub(newEpoch func() string, maxOffset uint64) *Hub {
+// default) and offsets up to maxOffset (0: the default), closed when the test ends.
+func testHub(t testing.TB, newEpoch func() string, maxOffset uint64) *Hub {
 	h, err := New(Config{Bus: bus.NewMemory(), Broker: NewMemoryBroker(MemoryBrokerConfig{NewEpoch: newEpoch, MaxOffset: maxOffset})})
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
+	t.Cleanup(h.Close)
 	return h
+}
+
+// flush waits until everything published so far has been handed to the bus.
+func flush(t testing.TB, h *Hub) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
 }
 
 // take returns what was delivered since the last take.
@@ -78,6 +91,8 @@ func mustPublish(t testing.TB, h *Hub, channel, event, data string) wire.Positio
 	if err != nil {
 		t.Fatalf("Publish(%q, %q): %v", channel, event, err)
 	}
+	// The fan-out is asynchronous: what the test reads next should include this publication.
+	flush(t, h)
 	return pos
 }
 

@@ -1,21 +1,24 @@
 package channel
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/heraldrt/herald/internal/stream"
 )
 
 // Bus carries the hub's messages to the subscriptions they reach: bus.Memory on one node.
-// Publish delivers under the channel's lock, so each subscription gets a channel's messages
-// in offset order.
+// A channel's publications are handed to it from one fan-out queue, in offset order, so each
+// subscription gets them in that order.
 type Bus interface {
-	// Deliver hands it to subscription sub of r, after everything delivered to r's sub
-	// before. It must not block on the receiver.
-	Deliver(r stream.Receiver, sub string, it *stream.Item)
+	// DeliverDeferred hands it to subscription sub of r, after everything delivered to r's
+	// sub before, and may defer waking r's writer to w, which the hub wakes once the fan-out
+	// is done. It must not block on the receiver.
+	DeliverDeferred(r stream.Receiver, sub string, it *stream.Item, w *stream.Wakeups)
 }
 
 // Config configures a Hub.
@@ -25,14 +28,36 @@ type Config struct {
 	// Broker assigns channels' positions. Default: a MemoryBroker with its defaults, for one
 	// node.
 	Broker Broker
+
+	// Shards is the number of fan-out queues, each with a goroutine that hands its
+	// publications to the bus. A channel always uses the queue its name hashes to. Default:
+	// one per processor (GOMAXPROCS), at least 2.
+	Shards int
+	// QueueLen bounds each fan-out queue: the most publications waiting to be handed on, or
+	// being handed on. Default DefaultQueueLen.
+	QueueLen int
+	// QueueDeliveries bounds each fan-out queue's deliveries: a publication waits while the
+	// publications queued reach this many subscriptions in all, so the queue may pass it by the
+	// publications admitted just before, one per publisher at most. Default
+	// DefaultQueueDeliveries.
+	QueueDeliveries int
+	// QueueBytes bounds each fan-out queue's bytes: the publications' data, names and a fixed
+	// cost each. Default DefaultQueueBytes.
+	QueueBytes int
+	// QueueWait is how long Publish waits for room in a full queue before it refuses the
+	// publication with a *BusyError: the overflow rule is wait, then refuse. Default
+	// DefaultQueueWait.
+	QueueWait time.Duration
 }
 
 // Hub is one node's channels: their offsets and epochs, the subscriptions to them, and the
 // fan-out of each publication to the subscriptions it matches. See the package documentation
 // for its concurrency model. The zero Hub is not usable; call New.
 type Hub struct {
-	bus    Bus    // read-only
-	broker Broker // read-only
+	bus    Bus      // read-only
+	broker Broker   // read-only
+	cfg    Config   // read-only, defaults applied
+	queues []*queue // read-only: the fan-out queues, one per shard
 
 	// chMu guards the membership of channels; lookups take it shared. state.refs is decided
 	// under it held exclusively: see release.
@@ -89,14 +114,57 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Broker == nil {
 		cfg.Broker = NewMemoryBroker(MemoryBrokerConfig{})
 	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = defaultShards()
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = DefaultQueueLen
+	}
+	if cfg.QueueDeliveries <= 0 {
+		cfg.QueueDeliveries = DefaultQueueDeliveries
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.QueueWait <= 0 {
+		cfg.QueueWait = DefaultQueueWait
+	}
 	h := &Hub{
 		bus:      cfg.Bus,
 		broker:   cfg.Broker,
+		cfg:      cfg,
 		channels: make(map[string]*state),
 		tokens:   make(map[string]*bucket),
 	}
 	h.targets.New = func() any { return new([]*subscription) }
+	h.queues = make([]*queue, cfg.Shards)
+	for i := range h.queues {
+		h.queues[i] = newQueue(h)
+	}
 	return h, nil
+}
+
+// Close stops the hub's fan-out: Publish refuses with ErrHubClosed from now on, and Close
+// returns once the publications already queued have been handed to the bus and the fan-out
+// goroutines have returned. Subscriptions are not touched. Safe to call more than once.
+func (h *Hub) Close() {
+	for _, q := range h.queues {
+		q.close()
+	}
+	for _, q := range h.queues {
+		<-q.stopped
+	}
+}
+
+// Flush waits until every publication whose Publish returned before Flush was called has been
+// handed to the bus, or ctx ends.
+func (h *Hub) Flush(ctx context.Context) error {
+	for _, q := range h.queues {
+		if err := q.flush(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Subscribe adds a subscription with id sub and pattern p for s, live when it returns, and
@@ -186,14 +254,19 @@ func (h *Hub) drop(b *bucket) {
 }
 
 // Publish publishes data to the channel named channel, with event name event ("" for none),
-// and returns the publication's position. It delivers to every live subscription that matches
-// before it returns, on the caller's goroutine, and never waits for a subscriber: Deliver does
-// not block. What it may wait for is bounded: another publish to the same channel finishing
-// its deliveries, and a Subscribe or unsubscribe finishing an index update.
+// and returns the publication's position. It assigns the position, collects the live
+// subscriptions that match, and queues the publication on its channel's fan-out queue, which
+// hands it to each of them after every earlier publication to the channel: Publish returns
+// without waiting for the deliveries, and never waits for a subscriber. What it may wait for
+// is bounded: room in a full fan-out queue, up to Config.QueueWait (then it returns a
+// *BusyError, and the publication has no position), another publish to the same channel
+// queueing, and a Subscribe or unsubscribe finishing an index update. A subscription that ends
+// after Publish returns may still not receive it; one that ends before unsubscribe returns
+// receives nothing more.
 //
 // It returns an *Error of reason ReasonBadName or ReasonBadEvent when channel or event does not
-// follow its grammar. data must be valid JSON (wire.Decode's Publish.Data is; an HTTP handler
-// must check); nil is sent as null.
+// follow its grammar, and ErrHubClosed once Close has begun. data must be valid JSON
+// (wire.Decode's Publish.Data is; an HTTP handler must check); nil is sent as null.
 //
 // A publication to a channel that no subscription on this node matches still gets a position,
 // and the channel's state, epoch included, is then forgotten at once: see the package
@@ -207,6 +280,13 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 			return stream.Position{}, e
 		}
 	}
+	// Room first, outside the channel's lock: a publish waiting for it holds up no Subscribe,
+	// and one refused has taken no position.
+	q := h.shard(channel)
+	cost := jobBytes + len(channel) + len(event) + len(data)
+	if err := q.reserve(channel, cost); err != nil {
+		return stream.Position{}, err
+	}
 	st := h.acquire(channel)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -214,22 +294,19 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 
 	pos, err := h.broker.Next(channel)
 	if err != nil {
+		q.unreserve(cost)
 		return stream.Position{}, err
 	}
-	it := stream.NewMessage(&stream.Message{Pos: pos, Channel: channel, Event: event, Data: data})
-	ts := h.collect(st, channel, event)
-	n := 0
-	for _, sn := range *ts {
-		if sn.deliver(h.bus, it) {
-			n++
-		}
-	}
-	clear(*ts) // the pool must not keep subscriptions alive
-	*ts = (*ts)[:0]
-	h.targets.Put(ts)
-
 	h.published.Add(1)
-	h.delivered.Add(uint64(n))
+	ts := h.collect(st, channel, event)
+	if len(*ts) == 0 {
+		q.unreserve(cost)
+		h.targets.Put(ts)
+		return pos, nil
+	}
+	it := stream.NewMessage(&stream.Message{Pos: pos, Channel: channel, Event: event, Data: data})
+	// Queued under st.mu: the queue then holds the channel's publications in offset order.
+	q.push(job{it: it, subs: ts, bytes: cost}, cost)
 	return pos, nil
 }
 
@@ -366,6 +443,8 @@ type Stats struct {
 	Published     uint64 // publications, ever
 	Delivered     uint64 // Deliver calls, ever: one per publication and subscription it reached
 	Forgotten     uint64 // channel states forgotten, ever
+	Queued        int    // publications in the fan-out queues: waiting, being handed on, or about to be queued
+	Refused       uint64 // publications refused because their fan-out queue stayed full, ever
 }
 
 // Stats returns a snapshot of the hub's gauges and counters. Safe for concurrent use.
@@ -376,7 +455,16 @@ func (h *Hub) Stats() Stats {
 	h.mu.RLock()
 	tokens, subs := len(h.tokens), h.nsubs
 	h.mu.RUnlock()
+	queued, refused := 0, uint64(0)
+	for _, q := range h.queues {
+		q.mu.Lock()
+		queued += q.n
+		refused += q.refused
+		q.mu.Unlock()
+	}
 	return Stats{
+		Queued:        queued,
+		Refused:       refused,
 		Channels:      channels,
 		Tokens:        tokens,
 		Subscriptions: subs,

@@ -16,7 +16,7 @@ import (
 )
 
 func TestPublishFrame(t *testing.T) {
-	h := testHub(counterEpochs(), 0)
+	h := testHub(t, counterEpochs(), 0)
 	var body []byte
 	var pub *stream.Message
 	_, unsub, _ := h.Subscribe(subscriberFunc(func(sub string, it *stream.Item) { pub, body = it.Message, it.Encoded(wire.Codec{}) }), "s1", mustPattern(t, "chat/room1", ""))
@@ -88,7 +88,7 @@ func TestDispatch(t *testing.T) {
 		{"a/b/c", "", []string{"all"}},
 		{"zzz/y", "", []string{"all"}},
 	}
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	r := &recorder{}
 	for _, s := range subs {
 		_, unsub, _ := h.Subscribe(r, s.sub, mustPattern(t, s.glob, s.event))
@@ -122,7 +122,7 @@ func sortedCopy(s []string) []string {
 }
 
 func TestOffsetsAndEpochs(t *testing.T) {
-	h := testHub(counterEpochs(), 0)
+	h := testHub(t, counterEpochs(), 0)
 	r := &recorder{}
 	pos, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "chat/room1", ""))
 	if want := wire.ChannelPosition("e1", 0); pos != want {
@@ -167,7 +167,7 @@ func TestOffsetsAndEpochs(t *testing.T) {
 }
 
 func TestEpochRollsOverAtMaxOffset(t *testing.T) {
-	h := testHub(counterEpochs(), 3)
+	h := testHub(t, counterEpochs(), 3)
 	r := &recorder{}
 	_, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "c", ""))
 	defer unsub()
@@ -186,7 +186,7 @@ func TestEpochRollsOverAtMaxOffset(t *testing.T) {
 
 func TestForgetting(t *testing.T) {
 	t.Run("publish nobody receives", func(t *testing.T) {
-		h := testHub(counterEpochs(), 0)
+		h := testHub(t, counterEpochs(), 0)
 		a := mustPublish(t, h, "chat/room1", "", "1")
 		b := mustPublish(t, h, "chat/room1", "", "1")
 		if a != wire.ChannelPosition("e1", 1) || b != wire.ChannelPosition("e2", 1) {
@@ -197,7 +197,7 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("non-matching subscription under the same anchor", func(t *testing.T) {
-		h := testHub(nil, 0)
+		h := testHub(t, nil, 0)
 		_, unsub, _ := h.Subscribe(&recorder{}, "s", mustPattern(t, "docs/*/inbox", ""))
 		defer unsub()
 		mustPublish(t, h, "docs/alice/outbox", "", "1")
@@ -206,7 +206,7 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("exact subscription", func(t *testing.T) {
-		h := testHub(nil, 0)
+		h := testHub(t, nil, 0)
 		_, unsub, _ := h.Subscribe(&recorder{}, "s", mustPattern(t, "chat/room1", ""))
 		if s := h.Stats(); s.Channels != 1 || s.Tokens != 1 || s.Subscriptions != 1 {
 			t.Errorf("stats %+v, want one channel, token and subscription", s)
@@ -219,7 +219,7 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("pattern subscription", func(t *testing.T) {
-		h := testHub(counterEpochs(), 0)
+		h := testHub(t, counterEpochs(), 0)
 		r := &recorder{}
 		_, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "docs/**", ""))
 		_, other, _ := h.Subscribe(r, "o", mustPattern(t, "docs/*/x", ""))
@@ -247,7 +247,7 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("event filter still holds", func(t *testing.T) {
-		h := testHub(counterEpochs(), 0)
+		h := testHub(t, counterEpochs(), 0)
 		r := &recorder{}
 		_, unsub, _ := h.Subscribe(r, "s", mustPattern(t, "chat/room1", "mention"))
 		_, unsub2, _ := h.Subscribe(r, "t", mustPattern(t, "docs/**", "mention"))
@@ -265,7 +265,7 @@ func TestForgetting(t *testing.T) {
 		}
 	})
 	t.Run("two tokens hold one channel", func(t *testing.T) {
-		h := testHub(nil, 0)
+		h := testHub(t, nil, 0)
 		_, a, _ := h.Subscribe(&recorder{}, "a", mustPattern(t, "docs/**", ""))
 		_, b, _ := h.Subscribe(&recorder{}, "b", mustPattern(t, "docs/x/**", ""))
 		mustPublish(t, h, "docs/x/y", "", "1")
@@ -282,7 +282,7 @@ func TestForgetting(t *testing.T) {
 }
 
 func TestPublishRefuses(t *testing.T) {
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	tests := []struct {
 		channel, event string
 		want           error
@@ -304,7 +304,7 @@ func TestPublishRefuses(t *testing.T) {
 }
 
 func TestSubscribePanics(t *testing.T) {
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	for name, f := range map[string]func(){
 		"zero pattern":   func() { h.Subscribe(&recorder{}, "s", Pattern{}) },
 		"nil subscriber": func() { h.Subscribe(nil, "s", mustPattern(t, "a", "")) },
@@ -321,7 +321,7 @@ func TestSubscribePanics(t *testing.T) {
 }
 
 func TestManySubscribers(t *testing.T) {
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	const n = 2000
 	rs := make([]*recorder, n)
 	var unsubs []func()
@@ -368,7 +368,7 @@ func TestManySubscribers(t *testing.T) {
 // publish elsewhere: every subscriber sees the channel's offsets 1, 2, 3, ... with none missing
 // or out of order, and the positions the publishers got back are exactly those.
 func TestOrderUnderConcurrentPublishers(t *testing.T) {
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	const publishers, each = 4, 300
 	rs := make([]*recorder, 6)
 	for i, glob := range []string{"chat/room1", "chat/room1", "chat/**", "*/room1", "**", "chat/*"} {
@@ -428,7 +428,7 @@ func TestOrderUnderConcurrentPublishers(t *testing.T) {
 // TestNoDeliveryAfterUnsubscribe checks the unsubscribe contract while publishers run flat out:
 // once it returns, Deliver is never called for the subscription again.
 func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	// Padding ahead of the subscription under test in its group, so a publish spends a while
 	// delivering to others between collecting it and reaching it: the window unsubscribe must
 	// close.
@@ -485,7 +485,7 @@ func TestNoDeliveryAfterUnsubscribe(t *testing.T) {
 // TestSubscribeIsLiveFromPos subscribes exactly while a publisher runs: each subscription
 // receives precisely the offsets after the position Subscribe returned.
 func TestSubscribeIsLiveFromPos(t *testing.T) {
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	// A holder for the channel, so its epoch lasts the whole test.
 	_, hold, _ := h.Subscribe(&recorder{}, "hold", mustPattern(t, "c", ""))
 	defer hold()
@@ -537,7 +537,7 @@ func TestSubscribeIsLiveFromPos(t *testing.T) {
 // TestChurn subscribes, unsubscribes and publishes from many goroutines at once, for the race
 // detector, and checks that nothing is left behind once everyone has gone.
 func TestChurn(t *testing.T) {
-	h := testHub(nil, 0)
+	h := testHub(t, nil, 0)
 	globs := []string{"a", "a/b", "a/*", "a/**", "*/b", "**", "a/b/c", "a/*/c", "b/**"}
 	names := []string{"a", "a/b", "a/c", "a/b/c", "b/b", "b/x/y", "c"}
 	var wg sync.WaitGroup

@@ -73,13 +73,13 @@ type subscription struct {
 
 // deliver hands it to the subscriber over bus unless the subscription has ended, and reports
 // whether it did.
-func (sn *subscription) deliver(bus Bus, it *stream.Item) bool {
+func (sn *subscription) deliver(bus Bus, it *stream.Item, w *stream.Wakeups) bool {
 	sn.mu.RLock()
 	defer sn.mu.RUnlock()
 	if !sn.live {
 		return false
 	}
-	bus.Deliver(sn.s, sn.id, it)
+	bus.DeliverDeferred(sn.s, sn.id, it, w)
 	return true
 }
 

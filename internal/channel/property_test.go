@@ -33,7 +33,7 @@ type modelSub struct {
 }
 
 func runProgram(t *testing.T, rng *rand.Rand, steps int) {
-	h := testHub(counterEpochs(), 0)
+	h := testHub(t, counterEpochs(), 0)
 	r := &recorder{}
 	live := map[string]*modelSub{}
 	heldBy := map[string]map[string]bool{} // channel -> live subs that hold it

@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"context"
-	"runtime"
 	"time"
 )
 
@@ -103,12 +102,9 @@ func (l *Lanes) TryNext(b *Batch) bool {
 //		write(b.Items)
 //	}
 //
-// Woken, Next yields the processor once (runtime.Gosched) before it takes the batch. The
-// producer that woke it is usually in the middle of a fan-out, and other producers are too: what
-// they queue for this connection while the writer waits its turn joins the batch, one write
-// instead of several. Under load the wait is the time the runnable goroutines take, and saves
-// more than it costs (a channel fanned out to 1,000 WebSocket connections: about 30% less CPU
-// per delivery, docs/BENCHMARKS.md); on an idle node it is a pass through the scheduler.
+// Woken, Next takes the batch at once. A producer that fans out to many connections wakes
+// their writers when it is done (PushDataDeferred, Wake), so a writer wakes to everything the
+// fan-out queued for it rather than to its first frame.
 func (l *Lanes) Next(ctx context.Context, b *Batch) error {
 	b.reset()
 	for {
@@ -128,7 +124,6 @@ func (l *Lanes) Next(ctx context.Context, b *Batch) error {
 		l.mu.Unlock()
 		select {
 		case <-l.wake:
-			runtime.Gosched()
 		case <-ctx.Done():
 			l.mu.Lock()
 			l.parked = false

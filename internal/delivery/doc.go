@@ -4,7 +4,8 @@
 // # Concurrency model
 //
 // Each connection has one Lanes. Producers (the session, on behalf of the router, the channel
-// hub and its own replies, from many goroutines) call PushData, Gap, PushControl and Forget. Exactly one writer goroutine, owned by the transport, calls
+// hub and its own replies, from many goroutines) call PushData (or PushDataDeferred and Wake),
+// Gap, PushControl and Forget. Exactly one writer goroutine, owned by the transport, calls
 // TryNext and Next and writes what they return to the socket. Anyone may call Close, Stalled,
 // Stats and ControlRoom.
 //
@@ -13,12 +14,14 @@
 // have grown. The writer holds it only while it copies a batch out of the lanes and encodes
 // that batch's markers; it writes to the socket after releasing it. Producers wake a parked
 // writer through a one-token channel, and only when the writer is parked, so a burst costs one
-// wake, not one per frame. The monotonic counters behind Stats are atomics, bumped outside the lock where
-// possible; its gauges are read under mu. There is no other lock, so no lock order to keep.
+// wake, not one per frame. A fan-out to many connections may defer those wakes
+// (PushDataDeferred) and make them all once it has pushed its last frame (Wake), so each writer
+// wakes to everything the fan-out queued for it rather than to its first frame. The monotonic
+// counters behind Stats are atomics, bumped outside the lock where possible; its gauges are
+// read under mu. There is no other lock, so no lock order to keep.
 //
 // The writer batches: a non-blocking drain with TryNext, a flush when TryNext finds nothing,
-// then a blocking wait in Next, which yields once when woken so that a burst in progress joins
-// the batch (see Next for the loop).
+// then a blocking wait in Next (see Next for the loop).
 //
 // # Lifecycle
 //

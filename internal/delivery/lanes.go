@@ -150,33 +150,50 @@ func (l *Lanes) ControlRoom(frames, bytes int) (ok bool, wait <-chan struct{}) {
 // discarded. It never blocks beyond the lock, does no I/O and, once the lane has grown, does
 // not allocate. Safe for concurrent use.
 func (l *Lanes) PushData(f Frame) bool {
+	ok, wake := l.PushDataDeferred(f)
+	l.signal(wake)
+	return ok
+}
+
+// PushDataDeferred is PushData for a fan-out that wakes the writers it fed once it has fed them
+// all: rather than wake a parked writer itself, it reports wake, and the caller must then call
+// Wake, once, after its last push of the fan-out. Meanwhile the writer stays parked, so what
+// the fan-out queues for this connection goes out in one batch, and the writers it wakes do
+// not compete for the processors with the fan-out still feeding them. Only the push that
+// finds the writer parked reports wake: until Wake, later pushes, from any producer, find it
+// claimed, so a caller that never calls Wake leaves the writer asleep until the next push
+// after the one it claimed is taken. Safe for concurrent use.
+func (l *Lanes) PushDataDeferred(f Frame) (ok, wake bool) {
 	size := f.Size()
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		l.stats.discarded.Add(1)
-		return false
+		return false, false
 	}
 	if m := l.markers.get(f.Key); m != nil {
 		// Rule 2: the key's gap is still open, so this frame joins it. Admitting it would put
 		// a frame from after the gap ahead of the marker that announces the gap.
-		return l.widenLocked(m, f.Pos, 1)
+		return l.widenLocked(m, f.Pos, 1), false
 	}
 	switch {
 	case size > l.cfg.MaxDataBytes:
-		return l.loseLocked(f, ReasonTooLarge)
+		return l.loseLocked(f, ReasonTooLarge), false
 	case l.data.len() >= l.cfg.MaxDataFrames || l.datBytes+size > l.cfg.MaxDataBytes:
-		return l.loseLocked(f, ReasonLaneFull)
+		return l.loseLocked(f, ReasonLaneFull), false
 	}
 	l.data.push(f, l.cfg.MaxDataFrames)
 	l.datBytes += size
 	l.admitted++
-	wake := l.unparkLocked()
+	wake = l.unparkLocked()
 	l.mu.Unlock()
 	l.stats.dataAdmitted.Add(1)
-	l.signal(wake)
-	return true
+	return true, wake
 }
+
+// Wake wakes the writer that a PushDataDeferred reported. Safe for concurrent use; a wake the
+// writer does not need costs it one look at the lanes.
+func (l *Lanes) Wake() { l.signal(true) }
 
 // loseLocked puts f into f.Key's gap, opening it, and unlocks mu. It returns false so
 // PushData can return its result.

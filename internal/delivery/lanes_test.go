@@ -519,6 +519,47 @@ func TestNextBlocksUntilWork(t *testing.T) {
 	}
 }
 
+// A deferred push leaves the writer parked until Wake, reports the wake-up once however many
+// pushes follow, and the writer then takes them all in one batch.
+func TestPushDataDeferredWakesAtWake(t *testing.T) {
+	l := newLanes(t, Config{})
+	done := make(chan error, 1)
+	var b Batch
+	go func() { done <- l.Next(context.Background(), &b) }()
+	waitParked(t, l)
+	ok, wake := l.PushDataDeferred(frame("a", "1", 1))
+	if !ok || !wake {
+		t.Fatalf("first deferred push = %v, %v; want admitted and the wake-up claimed", ok, wake)
+	}
+	ok, wake = l.PushDataDeferred(frame("b", "1", 1))
+	if !ok || wake {
+		t.Fatalf("second deferred push = %v, %v; want admitted and no second wake-up", ok, wake)
+	}
+	if l.PushData(frame("a", "2", 1)) != true {
+		t.Fatal("PushData refused on a lane with room")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Next returned (%v) before Wake: a deferred wake-up was made by a push", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.Wake()
+	if err := <-done; err != nil {
+		t.Fatalf("Next = %v, want nil", err)
+	}
+	var got []string
+	for _, it := range b.Items {
+		got = append(got, render(it))
+	}
+	if want := "d:a@1 d:b@1 d:a@2"; strings.Join(got, " ") != want {
+		t.Fatalf("batch = %v, want %s", got, want)
+	}
+	// With the writer not parked, nothing is claimed.
+	if _, wake := l.PushDataDeferred(frame("a", "3", 1)); wake {
+		t.Error("a deferred push to a writer that is not parked claimed a wake-up")
+	}
+}
+
 func TestNextWakesForReadyTooLargeMarker(t *testing.T) {
 	l := newLanes(t, Config{MaxDataBytes: 4})
 	done := make(chan error, 1)

@@ -66,7 +66,8 @@ const (
 	CodePolicyError Code = "policy_error"
 	// CodeInternal (500): a server bug or an unexpected failure.
 	CodeInternal Code = "internal"
-	// CodeUnavailable (503): a dependency is down (the changefeed, the store); try again later.
+	// CodeUnavailable (503): a dependency is down (the changefeed, the store), or the node is too
+	// busy to take a publication (its fan-out queue stayed full); try again later.
 	CodeUnavailable Code = "unavailable"
 )
 

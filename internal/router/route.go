@@ -34,6 +34,8 @@ func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 		}
 		rt.event(t, e, uint32(i+1))
 	}
+	// The writers the transaction fed wake now, each to all of its changes at once.
+	rt.wakes.Wake()
 	if err := r.bus.Flush(ctx); err != nil {
 		return fmt.Errorf("router: flush transaction %s to the bus: %w", txn.CommitLSN, err)
 	}
@@ -85,7 +87,14 @@ type routing struct {
 	rowAfter, rowBefore     change.Row
 	keyAfter, keyBefore     string
 	stateAfter, stateBefore policy.KeyState
+	// wakes are the writers the transaction's deliveries made runnable, woken once it is
+	// routed, or once they are this many (wakeAfter) in a large one.
+	wakes stream.Wakeups
 }
+
+// wakeAfter is how many writers a transaction may hold asleep before they are woken while it
+// is still being routed, so the other processors can start writing.
+const wakeAfter = 4 << 10
 
 // shaped is one change view, shared by the subscribers of one op, column list and old image:
 // the old image depends on what each group's filter saw, and one group's view must never reach
@@ -466,8 +475,11 @@ func (rt *routing) send(en *member, e *change.Event, idx uint32, op stream.Op, r
 		it = stream.NewChange(c)
 		rt.items = append(rt.items, shaped{op: op, shape: en.shape, withOld: withOld, keyOnly: oldKeyOnly, item: it})
 	}
-	rt.r.bus.Deliver(en.target, en.sub, it)
+	rt.r.bus.DeliverDeferred(en.target, en.sub, it, &rt.wakes)
 	rt.r.delivered.Add(1)
+	if rt.wakes.Len() >= wakeAfter {
+		rt.wakes.Wake()
+	}
 }
 
 // project keeps the listed columns of row, in table order.

@@ -24,6 +24,9 @@ type Bus interface {
 	// Deliver hands it to subscription sub of r, after everything delivered to r's sub
 	// before. It must not block on the receiver.
 	Deliver(r stream.Receiver, sub string, it *stream.Item)
+	// DeliverDeferred is Deliver, except that the receiver may defer waking its writer to w,
+	// which Accept wakes once it has routed the transaction.
+	DeliverDeferred(r stream.Receiver, sub string, it *stream.Item, w *stream.Wakeups)
 	// Flush returns once every item delivered before it is with its receivers (locally
 	// queued, or durably on the bus between nodes).
 	Flush(ctx context.Context) error

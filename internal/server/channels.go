@@ -53,8 +53,17 @@ func (c *channels) Publish(name, event string, data json.RawMessage) (wire.Posit
 	return pos, nil
 }
 
-// clientError turns a channel grammar refusal into a bad_frame naming the field.
+// clientError turns a channel grammar refusal into a bad_frame naming the field, and a full
+// fan-out queue or a closing hub into unavailable.
 func clientError(err error) error {
+	var busy *channel.BusyError
+	switch {
+	case errors.As(err, &busy):
+		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: fmt.Sprintf(
+			"the node is handing publications to subscribers more slowly than they are published (the fan-out queue stayed full for %s); retry with backoff, or publish less often", busy.Waited)}
+	case errors.Is(err, channel.ErrHubClosed):
+		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: "the node is shutting down; publish to another node or retry"}
+	}
 	var ce *channel.Error
 	if !errors.As(err, &ce) {
 		return &wire.Error{Code: wire.CodeInternal, Message: "the channel hub failed", Err: err}

@@ -71,6 +71,12 @@ func newMetrics(s *Server) *metrics {
 	counter("herald_channel_publications_total", "Channel publications.", func() float64 {
 		return float64(s.channels.hub.Stats().Published)
 	})
+	gauge("herald_channel_fanout_queued", "Channel publications waiting for, or in, their fan-out.", func() float64 {
+		return float64(s.channels.hub.Stats().Queued)
+	})
+	counter("herald_channel_publications_refused_total", "Channel publications refused because their fan-out queue stayed full.", func() float64 {
+		return float64(s.channels.hub.Stats().Refused)
+	})
 	if s.feed != nil {
 		gauge("herald_changefeed_streaming", "1 while the replication stream is live.", func() float64 {
 			if s.feed.Stats().Streaming {

@@ -364,6 +364,9 @@ func (s *Server) Run(ctx context.Context) error {
 		feedDone <- nil
 	}
 	feedEnded := false
+	// The channel hub's fan-out goroutines stop once the HTTP server and the sessions have:
+	// nothing publishes any more, and what was queued goes to sessions that are closing.
+	defer s.channels.hub.Close()
 	defer func() {
 		stopFeed()
 		if !feedEnded {

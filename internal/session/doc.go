@@ -10,11 +10,14 @@
 //
 // # Data path
 //
-// Producers hand a session stream items through Push (stream.Receiver). The session encodes a
-// change or a message with its connection's Codec (wire.Codec for herald.v1; each item is
-// encoded once per codec and shared by every connection) and queues it on the data lane; a gap
-// of any source, and a resumed subscription's gap, goes to delivery.Lanes.Gap, the one path a
-// gap takes. The codec also encodes the gaps when the writer takes them.
+// Producers hand a session stream items through Push (stream.Receiver), or PushDeferred
+// (stream.DeferringReceiver) when a fan-out wakes the writers it fed once it is done: then the
+// lanes' wake-up of a parked writer goes into the fan-out's stream.Wakeups instead of being
+// made at once (delivery.Lanes.PushDataDeferred). The session encodes a change or a message
+// with its connection's Codec (wire.Codec for herald.v1; each item is encoded once per codec
+// and shared by every connection) and queues it on the data lane; a gap of any source, and a
+// resumed subscription's gap, goes to delivery.Lanes.Gap, the one path a gap takes. The codec
+// also encodes the gaps when the writer takes them.
 //
 // # Policy
 //
@@ -34,8 +37,8 @@
 //   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands), through its
 //     protocol's package, calls the operations, after AwaitReplyRoom or a check of ReplyRoom;
 //     the protocol serialises a connection's requests itself;
-//   - producers (the channel hub, the table router), through the bus, call Push, which never
-//     blocks;
+//   - producers (the channel hub's fan-out goroutines, the table router), through the bus, call
+//     Push or PushDeferred, which never block;
 //   - the writer, Run, is the only goroutine that writes to the Transport.
 //
 // The writer is the only goroutine a session runs: an idle session costs one parked goroutine.
@@ -59,9 +62,10 @@
 // reader waits for room (AwaitReplyRoom) or a command is refused (ReplyRoom), and which close
 // the session as too slow if they stay unread for SlowTimeout.
 //
-// mu guards the identity and the subscription table; stallMu guards the stall timer. Push
-// takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
-// not queued yet), then releases it before it queues on the lanes, which have their own lock;
+// mu guards the identity and the subscription table; stallMu guards the stall timer. Push (and
+// PushDeferred) takes mu only to look the subscription up (and to buffer an item for one whose
+// reply is not queued yet), then releases it before it queues on the lanes, which have their
+// own lock;
 // a subscribe queues its reply and the buffered items under mu. Lock order: mu, then the
 // lanes' lock; mu, then stallMu (a push under mu may arm the stall timer, through the lanes'
 // OnStall, which runs once the lanes' lock is released). stallMu and the lanes' lock are never

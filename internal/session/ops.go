@@ -144,10 +144,10 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	// gap if any, then what arrived while they were being prepared.
 	s.sendAt(su.key, pos.String(), s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key))
 	if gap := resumeGap(r, head); gap != nil {
-		s.push(su.key, su.head, stream.NewGap(gap))
+		s.push(su.key, su.head, stream.NewGap(gap), nil)
 	}
 	for _, it := range su.buffered {
-		s.push(su.key, su.head, it)
+		s.push(su.key, su.head, it, nil)
 	}
 	if g := su.overflow; g != nil {
 		s.lanes.Gap(su.key, g.first, g.last, g.count, stream.ReasonLaneFull)

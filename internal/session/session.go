@@ -94,7 +94,7 @@ type Policy interface {
 	Channel(action, channel, event string, id auth.Identity) error
 }
 
-var _ stream.Receiver = (*Session)(nil)
+var _ stream.DeferringReceiver = (*Session)(nil)
 
 // Verifier checks tokens: auth.Verifier.
 type Verifier interface {
@@ -408,7 +408,17 @@ func (s *Session) fail(e *fault.Error, r CloseReason) {
 // for every connection that speaks it, and queued on the data lane, or lost into sub's gap if
 // it does not fit; a gap goes into sub's gap (delivery.Lanes.Gap, the one path every gap
 // takes). An item for a subscription that has ended is dropped.
-func (s *Session) Push(sub string, it *stream.Item) {
+func (s *Session) Push(sub string, it *stream.Item) { s.pushDeferred(sub, it, nil) }
+
+// PushDeferred is Push for a fan-out that wakes writers once it is done
+// (stream.DeferringReceiver): when the item makes the writer runnable, the writer is added to
+// w rather than woken.
+func (s *Session) PushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
+	s.pushDeferred(sub, it, w)
+}
+
+// pushDeferred is Push, deferring the writer's wake-up to w unless w is nil.
+func (s *Session) pushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
 	s.mu.Lock()
 	su := s.subs[sub]
 	if su == nil {
@@ -426,7 +436,7 @@ func (s *Session) Push(sub string, it *stream.Item) {
 	}
 	key, head := su.key, su.head
 	s.mu.Unlock()
-	s.push(key, head, it)
+	s.push(key, head, it, w)
 }
 
 // policyFault is the error that explains a policy_error gap: the rule that failed, never why
@@ -477,8 +487,8 @@ func (su *subscription) buffer(it *stream.Item, maxItems, maxBytes int, codec Co
 	}
 }
 
-// push queues it on the lanes under key.
-func (s *Session) push(key string, head []byte, it *stream.Item) {
+// push queues it on the lanes under key, deferring the writer's wake-up to w unless w is nil.
+func (s *Session) push(key string, head []byte, it *stream.Item, w *stream.Wakeups) {
 	if g := it.Gap; g != nil {
 		first := ""
 		if !g.First.IsZero() {
@@ -487,7 +497,14 @@ func (s *Session) push(key string, head []byte, it *stream.Item) {
 		s.lanes.Gap(key, first, it.PosText(), g.Lost, g.Reason)
 		return
 	}
-	s.lanes.PushData(delivery.Frame{Head: head, Body: it.Encoded(s.cfg.Codec), Key: key, Pos: it.PosText()})
+	f := delivery.Frame{Head: head, Body: it.Encoded(s.cfg.Codec), Key: key, Pos: it.PosText()}
+	if w == nil {
+		s.lanes.PushData(f)
+		return
+	}
+	if _, wake := s.lanes.PushDataDeferred(f); wake {
+		w.Add(s.lanes)
+	}
 }
 
 // Close ends the session for reason r, with a short human message. The first call wins,

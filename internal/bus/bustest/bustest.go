@@ -15,7 +15,40 @@ import (
 // Bus is what the suite drives: the methods producers use.
 type Bus interface {
 	Deliver(r stream.Receiver, sub string, it *stream.Item)
+	DeliverDeferred(r stream.Receiver, sub string, it *stream.Item, w *stream.Wakeups)
 	Flush(ctx context.Context) error
+}
+
+// deferring is a receiver whose writer's wake-ups can be deferred: like a session, it asks for
+// one wake-up for everything pushed since its writer last woke.
+type deferring struct {
+	*receiver
+	mu      sync.Mutex
+	claimed bool // a wake-up is owed: guarded by mu
+	woken   int  // guarded by mu
+}
+
+func (d *deferring) PushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
+	d.Push(sub, it)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.claimed {
+		d.claimed = true
+		w.Add(d)
+	}
+}
+
+func (d *deferring) Wake() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.claimed = false
+	d.woken++
+}
+
+func (d *deferring) wakes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.woken
 }
 
 // receiver records what reaches it, per subscription, in arrival order.
@@ -97,6 +130,41 @@ func Run(t *testing.T, newBus func(t *testing.T) Bus) {
 		}
 		if got := r2.items("b"); len(got) != 1 || got[0].Message != it.Message {
 			t.Errorf("receiver 2 got %v, want the same message", got)
+		}
+	})
+	t.Run("a deferred delivery arrives in order and wakes its receiver only at Wake", func(t *testing.T) {
+		b := newBus(t)
+		d := &deferring{receiver: newReceiver()}
+		plain := newReceiver()
+		var w stream.Wakeups
+		for i := uint64(1); i <= 3; i++ {
+			it := message("c", i)
+			b.DeliverDeferred(d, "s", it, &w)
+			b.DeliverDeferred(plain, "s", it, &w)
+		}
+		if err := b.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.wakes(); n != 0 {
+			t.Errorf("receiver woken %d times before Wake, want 0", n)
+		}
+		if w.Len() != 1 {
+			t.Errorf("%d wake-ups deferred, want 1: one per receiver whose writer was made runnable", w.Len())
+		}
+		w.Wake()
+		if n := d.wakes(); n != 1 {
+			t.Errorf("receiver woken %d times after Wake, want 1", n)
+		}
+		for _, r := range []*receiver{d.receiver, plain} {
+			got := r.items("s")
+			if len(got) != 3 {
+				t.Fatalf("got %d items, want 3", len(got))
+			}
+			for i, it := range got {
+				if it.Message.Pos.Offset != uint64(i+1) {
+					t.Errorf("item %d has offset %d, want %d", i, it.Message.Pos.Offset, i+1)
+				}
+			}
 		}
 	})
 	t.Run("gaps pass like any item", func(t *testing.T) {

@@ -1,0 +1,32 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/wire"
+)
+
+// A publication the hub could not take, because its fan-out queue stayed full or the node is
+// stopping, is answered 503 unavailable, with a fix; a grammar refusal stays a bad_frame.
+func TestClientErrorForRefusedPublications(t *testing.T) {
+	for _, tt := range []struct {
+		err    error
+		code   wire.Code
+		status int
+	}{
+		{fmt.Errorf("publish: %w", &channel.BusyError{Channel: "rooms/1", Waited: 10 * time.Second, Queued: 32, MaxQueue: 32}), wire.CodeUnavailable, 503},
+		{channel.ErrHubClosed, wire.CodeUnavailable, 503},
+		{&channel.Error{Reason: channel.ReasonBadName, Value: "a//b"}, wire.CodeBadFrame, 400},
+	} {
+		we, ok := wire.AsError(clientError(tt.err))
+		if !ok {
+			t.Fatalf("clientError(%v) is not a *wire.Error", tt.err)
+		}
+		if we.Code != tt.code || we.StatusCode() != tt.status || we.Message == "" {
+			t.Errorf("clientError(%v) = %s %d %q, want %s %d with a message", tt.err, we.Code, we.StatusCode(), we.Message, tt.code, tt.status)
+		}
+	}
+}
