@@ -3,11 +3,13 @@ package router
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/bus"
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/policy"
 )
 
@@ -19,7 +21,12 @@ func (g fixedGate) Table(table string) (*policy.TablePolicy, error) { return g[t
 // newPolicyRouter returns a live router whose public.items has row rule row.
 func newPolicyRouter(t testing.TB, row string) *Router {
 	t.Helper()
-	p, err := policy.New(policy.Rules{Tables: map[string]policy.TableRules{"public.items": {Row: row}}}, policy.Config{})
+	return newPolicyRouterWith(t, policy.TableRules{Row: row})
+}
+
+func newPolicyRouterWith(t testing.TB, rules policy.TableRules) *Router {
+	t.Helper()
+	p, err := policy.New(policy.Rules{Tables: map[string]policy.TableRules{"public.items": rules}}, policy.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,5 +127,34 @@ func TestRowRuleRecheckRegroups(t *testing.T) {
 	_ = r.Accept(context.Background(), txn(10, change.Event{Op: change.Insert, After: row(1, "a", 1)}, change.Event{Op: change.Insert, After: row(2, "b", 1)}))
 	if diff := cmp.Diff([]string{"insert:2"}, rec.ops()["s"]); diff != "" {
 		t.Errorf("after the recheck (-want +got):\n%s", diff)
+	}
+}
+
+// TestRecheckColumns: new claims that change the columns an identity may see end the
+// subscription (forbidden), whether they hide one or show one more; a hidden column is refused
+// in a filter without being named.
+func TestRecheckColumns(t *testing.T) {
+	r := newPolicyRouterWith(t, policy.TableRules{Row: "true", ColumnsRule: `has(auth.role) ? ["id", "org_id", "qty"] : ["id", "org_id"]`})
+	rec := newRecorder()
+	_, _, err := r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "f", Target: rec,
+		Filter: []byte(`{"gt":["qty",1]}`), Claims: policy.NewClaims(nil)})
+	if fe, ok := err.(*fault.Error); !ok || fe.Code != fault.CodeUnknownColumn || strings.Contains(fe.Message, "qty") {
+		t.Errorf("a filter on the hidden qty: %v, want unknown_column not naming it", err)
+	}
+	sub, _, err := r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "s", Target: rec, Claims: policy.NewClaims(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Recheck(policy.NewClaims(map[string]any{"other": 1})); err != nil {
+		t.Errorf("the same columns: %v, want the subscription kept", err)
+	}
+	if fe, ok := sub.Recheck(policy.NewClaims(map[string]any{"role": "x"})).(*fault.Error); !ok || fe.Code != fault.CodeForbidden {
+		t.Errorf("one more column: %v, want forbidden", fe)
+	}
+	_ = r.Accept(context.Background(), txn(10, change.Event{Op: change.Insert, After: row(1, "a", 7)}))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if got := rec.frames["s"]; len(got) != 1 || got[0]["row"].(map[string]any)["qty"] != nil {
+		t.Errorf("frames %v: want one insert without qty", got)
 	}
 }

@@ -169,8 +169,9 @@ type Stats struct {
 	// RuleEvaluations counts row rule evaluations, one per group of subscribers sharing a
 	// filter and the claim values the rule reads; RuleErrors those that failed.
 	RuleEvaluations, RuleErrors uint64
-	// RowsDenied counts, by table, the row images a row rule withheld from a group of
-	// subscribers whose filter let them through.
+	// RowsDenied counts, by table, the row rule evaluations that withheld a row image from a
+	// group of subscribers whose filter let it through. Groups the rule's index equality rules
+	// out are not evaluated, nor counted.
 	RowsDenied map[string]uint64
 }
 
@@ -370,7 +371,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	sub := Subscription{Head: stream.TablePosition(head, 0), Key: info.Key}
 	if tp != nil {
 		sub.Recheck = func(c *policy.Claims) error {
-			return r.recheck(tp, table, t, e, req, visible, c, types)
+			return r.recheck(tp, t, e, req, cols, visible, c, types)
 		}
 	}
 	return sub, func() {
@@ -438,12 +439,12 @@ func policyError(err error) error {
 // When they still allow it, the subscription follows the new claims from the next change on
 // (its row rule's group is the new claims'). The columns it may see must be those it was made
 // with: its filter and its rows were checked against them.
-func (r *Router) recheck(tp *policy.TablePolicy, table string, t *table, e *entry, req Request, was []filter.Column, c *policy.Claims, types map[string]filter.Type) error {
-	visible, err := visibleColumns(tp, c, was)
+func (r *Router) recheck(tp *policy.TablePolicy, t *table, e *entry, req Request, cols, was []filter.Column, c *policy.Claims, types map[string]filter.Type) error {
+	visible, err := visibleColumns(tp, c, cols)
 	if err != nil {
 		return err
 	}
-	if names, _, _ := tp.Columns(c); len(visible) != len(was) || len(names) != len(was) {
+	if !slices.EqualFunc(visible, was, func(a, b filter.Column) bool { return a.Name == b.Name }) {
 		return &fault.Error{Code: fault.CodeForbidden,
 			Message: fmt.Sprintf("the columns of table %q this identity may see changed with the new token; subscribe again", req.Table)}
 	}

@@ -143,7 +143,7 @@ func (s *Server) laneTotals() (delivery.Stats, map[delivery.DropReason]uint64) {
 
 // rowsDenied is herald_policy_rows_denied_total's description.
 var rowsDenied = prometheus.NewDesc("herald_policy_rows_denied_total",
-	"Row images a row rule withheld from a group of subscriptions whose filter let them through, by table.", []string{"table"}, nil)
+	"Row rule evaluations that withheld a row image from a group of subscriptions whose filter let it through, by table (groups the rule's index equality rules out are not evaluated, nor counted).", []string{"table"}, nil)
 
 // deniedCollector reads rows_denied by table from the router when scraped. The tables are
 // those with policy rules, so the series are bounded by the config.
