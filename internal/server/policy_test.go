@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -306,5 +308,32 @@ func TestPolicyOverSSE(t *testing.T) {
 	}
 	if ev := b.next("error"); ev.frame["code"] != "forbidden" {
 		t.Errorf("banned subscribe over SSE: %v, want forbidden", ev.frame)
+	}
+}
+
+// TestPolicyCompileErrorStopsTheNode: a table rule that names a column the table lacks is found
+// once the stream is live, against the columns Postgres reports, and stops the node with the
+// rule's name, its position and the fix.
+func TestPolicyCompileErrorStopsTheNode(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, docsDDL)
+	cfg := baseConfig()
+	cfg.Changefeed = feedConfig(t, url)
+	cfg.Changefeed.Tables = []string{"public.docs"}
+	cfg.Policy = policy.Rules{Tables: map[string]policy.TableRules{"public.docs": {Row: `row.titel == "x"`}}}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v (the table's columns are only known once the stream is live)", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		var ce *policy.CompileError
+		if !errors.As(err, &ce) || ce.Rule != `policy.tables."public.docs".row` || ce.Line != 1 || !strings.Contains(ce.Fix, "title") {
+			t.Errorf("Run: %v, want the row rule's compile error at 1:x suggesting title", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the node did not stop within 30s")
 	}
 }
