@@ -155,15 +155,12 @@ func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
 	defer untrack()
 
 	p := h.startPinger(s, t)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.Run(h.base)
-	}()
+	// The session's writer runs only while there is something to write: between writes this
+	// goroutine, the reader, is the connection's only one.
+	s.Start(h.base)
 	h.read(s, t)
 	s.Lost("connection closed")
-	wg.Wait()
+	s.Wait()
 	// After the writer: it has closed the connection, so a ping in flight fails at once, and
 	// stopping sooner would cut the pong wait of a connection still writing its close.
 	p.stop()
