@@ -336,7 +336,7 @@ const maxMissedPongs = 2
 // ClosePingTimeout once maxMissedPongs pings in a row went unanswered: a code whose reaction is
 // to reconnect, since a dead connection says nothing against the client.
 func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
-	p := newPinger(h.base, maxMissedPongs, c.Ping, func() {
+	p := newPinger(h.base, maxMissedPongs, c.ping, c.answered, func() {
 		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
 	})
 	p.member = h.pings.Add(p.beat)
@@ -346,18 +346,19 @@ func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
 // pinger is one connection's liveness check. Each beat, an interval after the one before, first
 // judges the ping the last beat sent, which had until now for its pong, then sends the next:
 // after maxMissed unanswered in a row it calls dead and pings no more. It stops pinging, without
-// calling dead, once ctx ends or a ping fails otherwise (the connection is gone, and its reader
+// calling dead, once ctx ends or a ping's write fails (the connection is gone, and its reader
 // ends the session).
 //
-// A ping waits for its pong in a goroutine of its own, so a beat never blocks its wheel; that
-// goroutine lives for the round trip. The wait has no deadline of its own (no timer per ping):
-// the next beat judges the ping whether or not its pong came, and the pings of a connection
-// that never answers end with the connection, which the second missed pong closes. Pings are
-// numbered, so a pong that comes after its ping was judged is not taken for the next's.
+// Nothing waits for a pong: the reader records the latest one (conn.gotPong), and the next beat
+// compares it with the ping it judges. A ping is written by a goroutine that lives for that
+// write only, since a beat must not block its wheel and a write may (on a client that stopped
+// reading, until its deadline). Pings are numbered, so a pong that comes after its ping was
+// judged is not taken for the next's.
 type pinger struct {
 	ctx       context.Context
 	maxMissed int
-	ping      func(context.Context) error
+	ping      func(ctx context.Context, n uint64) error
+	answered  func() uint64 // the number of the latest ping answered
 	dead      func()
 	member    *heartbeat.Member
 
@@ -366,13 +367,13 @@ type pinger struct {
 	missed int    // judged unanswered in a row
 	done   bool   // dead was called, or the pinging ended
 
-	answered atomic.Uint64  // the highest number of a ping answered
-	failed   atomic.Bool    // a ping failed: the connection is gone, or ctx ended
-	inFlight sync.WaitGroup // pings awaiting their pongs
+	busy     atomic.Bool    // a ping is being written
+	failed   atomic.Bool    // a ping's write failed: the connection is gone, or ctx ended
+	inFlight sync.WaitGroup // the ping being written
 }
 
-func newPinger(ctx context.Context, maxMissed int, ping func(context.Context) error, dead func()) *pinger {
-	return &pinger{ctx: ctx, maxMissed: maxMissed, ping: ping, dead: dead}
+func newPinger(ctx context.Context, maxMissed int, ping func(context.Context, uint64) error, answered func() uint64, dead func()) *pinger {
+	return &pinger{ctx: ctx, maxMissed: maxMissed, ping: ping, answered: answered, dead: dead}
 }
 
 // beat judges the last ping and sends the next. It never blocks.
@@ -385,7 +386,7 @@ func (p *pinger) beat() {
 		return
 	}
 	if p.sent > 0 {
-		if p.answered.Load() == p.sent {
+		if p.answered() >= p.sent {
 			p.missed = 0
 		} else if p.missed++; p.missed >= p.maxMissed {
 			p.done = true
@@ -393,27 +394,26 @@ func (p *pinger) beat() {
 			return
 		}
 	}
+	// A ping whose write is still blocked (the client stopped reading) was not answered, and
+	// is judged again; no other is sent until it has gone out. The session's slow limit ends
+	// such a connection first.
+	if !p.busy.CompareAndSwap(false, true) {
+		return
+	}
 	p.sent++
 	n := p.sent
 	p.inFlight.Add(1)
 	go func() {
 		defer p.inFlight.Done()
-		if err := p.ping(p.ctx); err != nil {
+		defer p.busy.Store(false)
+		if err := p.ping(p.ctx, n); err != nil {
 			p.failed.Store(true)
-			return
-		}
-		// Pongs come in order, but the goroutines that wait for them may wake out of it.
-		for {
-			old := p.answered.Load()
-			if old >= n || p.answered.CompareAndSwap(old, n) {
-				return
-			}
 		}
 	}()
 }
 
-// stop ends the pinging and waits for the pings awaiting their pongs, which the caller ends by
-// closing the connection first. It may be called more than once.
+// stop ends the pinging and waits for a ping being written, which the caller ends by closing
+// the connection first. It may be called more than once.
 func (p *pinger) stop() {
 	if p.member != nil {
 		p.member.Stop()
