@@ -113,13 +113,14 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 		t.Close(wire.CloseTooManyConnections, "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s")
 		return
 	}
-	defer release()
+	defer func() { release() }()
 
 	t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{}), slow: h.slowTimeout()}
 	if sub != nil {
 		t.urlSub = sub.Sub
 	}
-	s, err := session.New(h.cfg.Session, h.deps, t, ident)
+	lt := &lateTransport{Transport: t}
+	s, err := session.New(h.cfg.Session, h.deps, lt, ident)
 	if err != nil {
 		startStream(w, flusher)
 		_, _ = fmt.Fprintf(w, "retry: 2000\n\ndata: {\"type\":\"error\",\"code\":\"internal\",\"status\":500,\"message\":\"the server could not open a session\"}\n\n")
@@ -143,25 +144,68 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// On HTTP/1.x the stream takes the connection over from net/http once its headers are
+	// written, and this goroutine returns: with it go the request and net/http's buffers and
+	// state for the connection, which an idle stream would otherwise hold for its whole life.
+	if ht := h.hijack(w, r, t.urlSub); ht != nil {
+		lt.Transport = ht // before the writer starts: nothing has been written yet
+		untrack := h.registry.Track(s)
+		h.add(s)
+		slot := release
+		release = func() {} // serveHijacked gives the slot back, last
+		go h.serveHijacked(s, ht, func() {
+			h.remove(s)
+			untrack()
+			slot()
+		})
+		return
+	}
+
 	untrack := h.registry.Track(s)
 	defer untrack()
-	h.mu.Lock()
-	h.streams[s.ID()] = s
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		delete(h.streams, s.ID())
-		h.mu.Unlock()
-	}()
+	h.add(s)
+	defer h.remove(s)
 
 	startStream(w, flusher)
 
 	gone := context.AfterFunc(r.Context(), func() { s.Lost("client went away") })
-	ka := &keepalive{s: s, t: t}
+	ka := &keepalive{s: s, t: t, slow: t.slow}
 	ka.member = h.keepalives.Add(ka.beat)
 	s.Run(h.base)
 	ka.stop()
 	gone()
+}
+
+// lateTransport is the session's transport: the response, until the stream takes the
+// connection over, before the session starts.
+type lateTransport struct{ session.Transport }
+
+// add and remove enter a live stream's session in the table commands are addressed by.
+func (h *Handler) add(s *session.Session) {
+	h.mu.Lock()
+	h.streams[s.ID()] = s
+	h.mu.Unlock()
+}
+
+func (h *Handler) remove(s *session.Session) {
+	h.mu.Lock()
+	delete(h.streams, s.ID())
+	h.mu.Unlock()
+}
+
+// serveHijacked runs a stream whose connection was taken over: this goroutine reads the
+// connection, only to learn when the client goes away, and the session's writer runs only while
+// there is something to write. Every goroutine it started has ended before it calls done, which
+// gives the connection's slot back last.
+func (h *Handler) serveHijacked(s *session.Session, t *rawTransport, done func()) {
+	defer done()
+	ka := &keepalive{s: s, t: t, slow: t.slow}
+	ka.member = h.keepalives.Add(ka.beat)
+	s.Start(h.base)
+	t.awaitGone()
+	s.Lost("client went away")
+	s.Wait()
+	ka.stop()
 }
 
 // keepalive is one stream's keepalive: each beat of the wheel writes a comment line, in a
@@ -170,7 +214,8 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 // blocked writes no other.
 type keepalive struct {
 	s      *session.Session
-	t      *transport
+	t      interface{ comment() error }
+	slow   time.Duration // how long a keepalive write may block
 	member *heartbeat.Member
 
 	done     bool           // owned by beat: a keepalive failed, and the stream is ending
@@ -198,7 +243,7 @@ func (k *keepalive) beat() {
 		}
 		k.failed.Store(true)
 		if errors.Is(err, errBlocked) {
-			k.s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.t.slow))
+			k.s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.slow))
 		} else {
 			k.s.Lost("connection lost")
 		}
@@ -303,36 +348,7 @@ func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_ = t.rc.SetWriteDeadline(deadline)
-	b := t.buf[:0]
-	for i := range items {
-		it := &items[i]
-		switch {
-		case it.Kind == delivery.KindData && it.Key == t.urlSub && t.urlSub != "":
-			b = append(b, "id: "...)
-			b = append(b, it.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Pos...)
-			b = append(b, '\n')
-		case it.Kind == delivery.KindMarker && it.Marker != nil && it.Marker.Key == t.urlSub && t.urlSub != "":
-			b = append(b, "id: "...)
-			b = append(b, it.Marker.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Marker.Last...)
-			b = append(b, '\n')
-		case it.Kind == delivery.KindControl && it.Key == t.urlSub && t.urlSub != "" && it.Pos != "":
-			// The URL subscription's subscribed: its id lets a reconnect before any data resume
-			// from where the subscription started.
-			b = append(b, "id: "...)
-			b = append(b, it.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Pos...)
-			b = append(b, '\n')
-		}
-		b = append(b, "data: "...)
-		b = append(b, it.Head...)
-		b = append(b, it.Body...)
-		b = append(b, "\n\n"...)
-	}
+	b := appendEvents(t.buf[:0], items, t.urlSub)
 	t.buf = b
 	if n := len(items); n > 0 {
 		t.lastWasError = bytes.HasPrefix(items[n-1].Body, errorPrefix)
@@ -347,6 +363,41 @@ func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	}
 	t.clearDeadline()
 	return nil
+}
+
+// appendEvents appends items as SSE events: each frame one data line, with an id line when it
+// is about urlSub, the stream's URL subscription, at a position.
+func appendEvents(b []byte, items []delivery.Item, urlSub string) []byte {
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.Kind == delivery.KindData && it.Key == urlSub && urlSub != "":
+			b = append(b, "id: "...)
+			b = append(b, it.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Pos...)
+			b = append(b, '\n')
+		case it.Kind == delivery.KindMarker && it.Marker != nil && it.Marker.Key == urlSub && urlSub != "":
+			b = append(b, "id: "...)
+			b = append(b, it.Marker.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Marker.Last...)
+			b = append(b, '\n')
+		case it.Kind == delivery.KindControl && it.Key == urlSub && urlSub != "" && it.Pos != "":
+			// The URL subscription's subscribed: its id lets a reconnect before any data resume
+			// from where the subscription started.
+			b = append(b, "id: "...)
+			b = append(b, it.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Pos...)
+			b = append(b, '\n')
+		}
+		b = append(b, "data: "...)
+		b = append(b, it.Head...)
+		b = append(b, it.Body...)
+		b = append(b, "\n\n"...)
+	}
+	return b
 }
 
 var (
