@@ -433,19 +433,21 @@ func (s *Session) Lost(reason string) { s.close(wire.CloseNormal, reason, true) 
 
 func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
 	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
 	if s.closeStarted {
 		if s.closeWeak && !weak {
 			s.closeCode, s.closeMsg, s.closeWeak = code, reason, false
 		}
+		s.closeMu.Unlock()
 		return
 	}
 	s.closeStarted, s.closeWeak = true, weak
 	s.closeCode, s.closeMsg = code, reason
 	close(s.closing)
+	s.closeMu.Unlock()
 	s.endLife()
 	// With no writer running, start one to write what explains the close and finish. One that
 	// is running meets closing at its next turn; one that parks as this claims claims itself.
+	// Outside closeMu, which is taken alone.
 	if s.lanes.Claim() {
 		s.startWriter()
 	}

@@ -2,13 +2,23 @@
 // declare one subscription, and POST carries the client's commands to the stream's session,
 // whose replies arrive on the stream in order with the data.
 //
-// Each stream's handler owns its session and runs the session's writer itself, on the request's
-// goroutine: an idle stream holds that goroutine and the HTTP server's own reader of the
-// connection, nothing else. Keepalives come from the handler's heartbeat wheel, which serves the
-// streams due in the same tick together; each keepalive is written by a goroutine that lives for
-// that one write. The client's going away reaches the session through context.AfterFunc on the
-// request's context. The handler stops both and waits for a keepalive in flight before it
-// returns. Writes to the response go through one mutex, shared by the writer and the keepalive.
+// On HTTP/1.x a stream takes its connection over from net/http (Hijack) once the session is
+// open and its URL subscription accepted, writes the status line and headers itself and frames
+// the body itself (chunked for HTTP/1.1, ended by the connection's close for HTTP/1.0; the
+// connection closes with the stream either way), and the request's goroutine returns: with it
+// go the request and net/http's buffers. A goroutine of its own then reads the connection, only
+// to learn that the client went away; it is the stream's only goroutine while it is idle, since
+// the session's writer runs only while there is something to write. Writes go through a pooled
+// buffer, one write(2) per batch, under a socket deadline moved only when it is well off.
+//
+// On HTTP/2, whose streams share a connection, the stream stays on the ResponseWriter: the
+// request's goroutine runs the session to its end, and the client's going away reaches the
+// session through context.AfterFunc on the request's context.
+//
+// Keepalives come from the handler's heartbeat wheel, which serves the streams due in the same
+// tick together; each keepalive is written by a goroutine that lives for that one write. The
+// stream stops them and waits for a keepalive in flight before it gives its slot back. Writes
+// to a stream go through one mutex, shared by the writer, the keepalive and Close.
 package sse
 
 import (
