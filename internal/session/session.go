@@ -85,7 +85,7 @@ type Config struct {
 	// for this long, one write has been blocked this long, or the replies to its requests have
 	// been waiting unread this long (AwaitReplyRoom). Default 10s.
 	SlowTimeout time.Duration
-	// PingInterval is announced in welcome; the transport does the pinging. Default 25s.
+	// PingInterval is announced in welcome; the transport does the pinging. Default 50s.
 	PingInterval time.Duration
 	// ExpiryWarning is how long before its token expires a client is sent expiring. Default 60s.
 	ExpiryWarning time.Duration
@@ -113,7 +113,7 @@ func (c Config) withDefaults() Config {
 		c.SlowTimeout = 10 * time.Second
 	}
 	if c.PingInterval <= 0 {
-		c.PingInterval = 25 * time.Second
+		c.PingInterval = 50 * time.Second
 	}
 	if c.ExpiryWarning <= 0 {
 		c.ExpiryWarning = time.Minute

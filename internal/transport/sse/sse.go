@@ -44,7 +44,7 @@ import (
 
 // Config configures the handler. The zero value of each field means its default.
 type Config struct {
-	// PingInterval is how often a keepalive comment goes out. Default 25s.
+	// PingInterval is how often a keepalive comment goes out. Default 50s.
 	PingInterval time.Duration
 	Session      session.Config
 	Logger       *slog.Logger
@@ -68,7 +68,7 @@ type Handler struct {
 // New returns the SSE handler. base is the server's context: sessions run under it.
 func New(base context.Context, cfg Config, deps session.Deps, a session.Authenticator, r session.Registry) *Handler {
 	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = 25 * time.Second
+		cfg.PingInterval = 50 * time.Second
 	}
 	cfg.Session.PingInterval = cfg.PingInterval
 	if cfg.Logger == nil {

@@ -52,7 +52,7 @@ type Config struct {
 	// ConnectTimeout is how long a client has to send connect after the upgrade. Default 10s.
 	ConnectTimeout time.Duration
 	// PingInterval is how often the server pings. Each ping is to be answered before the next
-	// is due; maxMissedPongs in a row unanswered close the connection. Default 25s.
+	// is due; maxMissedPongs in a row unanswered close the connection. Default 50s.
 	PingInterval time.Duration
 	Session      session.Config
 	Logger       *slog.Logger
@@ -75,7 +75,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = 25 * time.Second
+		cfg.PingInterval = 50 * time.Second
 	}
 	cfg.Session.PingInterval = cfg.PingInterval
 	if cfg.Session.MaxFrameBytes <= 0 {
