@@ -41,17 +41,18 @@ func TestImportRulesCatchViolations(t *testing.T) {
 		module + "/internal/change":              {"github.com/google/uuid"},
 		module + "/internal/wire":                {"net/http", module + "/internal/delivery"},
 		module + "/internal/router":              {"github.com/jackc/pglogrepl", "github.com/golang-jwt/jwt/v5", "github.com/redis/rueidis", module + "/internal/wire", module + "/internal/session"},
-		module + "/internal/channel":             {module + "/internal/wire", module + "/internal/bus"},
+		module + "/internal/channel":             {module + "/internal/wire", module + "/internal/bus", module + "/internal/heraldv1"},
 		module + "/internal/filter":              {module + "/internal/changefeed/pgvalue"},
 		module + "/internal/transport/sse":       {module + "/internal/transport/websocket", "github.com/gobwas/ws"},
 		module + "/internal/delivery":            {module + "/internal/wire"},
 		module + "/internal/stream":              {module + "/internal/wire", "net"},
 		module + "/internal/changefeed":          {"github.com/jackc/pglogrepl"},
 		module + "/internal/store/redis":         {"github.com/redis/rueidis"},
-		module + "/internal/session":             {module + "/internal/router"},
+		module + "/internal/session":             {module + "/internal/router", module + "/internal/wire"},
+		module + "/internal/heraldv1":            {module + "/internal/transport/sse"},
 		module + "/internal/transport/websocket": {module + "/internal/server", "github.com/gobwas/ws"},
 	}
-	want := 18
+	want := 21
 	if got := len(violations(bad)); got != want {
 		t.Errorf("violations found %d, want %d: %v", got, want, violations(bad))
 	}
@@ -67,12 +68,17 @@ var pure = map[string]bool{
 // that carries it or the sessions that receive it (they hand stream items to a bus).
 var producers = map[string]bool{"internal/router": true, "internal/channel": true, "internal/changefeed": true, "internal/bus": true}
 
+// The protocols: what a client's frames mean and how the server's are written. herald.v1 is
+// wire (its frames) and heraldv1 (its commands on a session).
+var protocols = map[string]bool{"internal/wire": true, "internal/heraldv1": true}
+
 // The transports: each carries sessions over one kind of connection. What they share (the
 // heartbeat's timer wheel) sits beside them, not in one of them.
 var transports = map[string]bool{"internal/transport/websocket": true, "internal/transport/sse": true}
 
 // Whose imports point which way. Data flows changefeed -> router -> bus -> session -> transport;
-// no package imports one downstream of it, and the protocol (wire) is known only at the edge.
+// no package imports one downstream of it, and the protocol (wire, and heraldv1 over the
+// session core) is known only at the edge.
 var forbidden = []struct {
 	from, to, why string
 }{
@@ -82,6 +88,10 @@ var forbidden = []struct {
 	{"internal/wire", "internal/delivery", "the protocol does not know how connections queue"},
 	{"internal/wire", "internal/session", "the protocol does not know sessions"},
 	{"internal/filter", "internal/changefeed", "the filter language does not reach into the changefeed"},
+	{"internal/session", "internal/wire", "the session core is protocol-neutral: herald.v1 is internal/heraldv1's, over the core"},
+	{"internal/session", "internal/heraldv1", "a protocol is built over the session core, not under it"},
+	{"internal/heraldv1", "internal/transport", "a protocol does not know what carries it"},
+	{"internal/heraldv1", "internal/server", "nothing imports the composition root"},
 	{"internal/session", "internal/router", "sessions see producers only through interfaces"},
 	{"internal/session", "internal/channel", "sessions see producers only through interfaces"},
 	{"internal/session", "internal/transport", "the session does not know what carries it"},
@@ -115,7 +125,7 @@ func violations(all map[string][]string) []string {
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/store/redis talks to Redis", rel, d))
 			case strings.HasPrefix(d, "github.com/gobwas/") && rel != "internal/transport/websocket":
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/transport/websocket frames the server's WebSocket", rel, d))
-			case own && producers[rel] && (drel == "internal/wire" || drel == "internal/session" || strings.HasPrefix(drel, "internal/transport")):
+			case own && producers[rel] && (protocols[drel] || drel == "internal/session" || strings.HasPrefix(drel, "internal/transport")):
 				out = append(out, fmt.Sprintf("%s imports %s: a producer hands stream items on and knows no protocol or session", rel, d))
 			case own && transports[rel] && transports[drel] && rel != drel:
 				out = append(out, fmt.Sprintf("%s imports %s: transports never import each other; what they share is in internal/session", rel, d))

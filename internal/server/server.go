@@ -26,6 +26,7 @@ import (
 	"github.com/heraldrt/herald/internal/bus"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/sse"
@@ -237,12 +238,12 @@ func (s *Server) Track(sess *session.Session) func() {
 	s.sessions[sess] = struct{}{}
 	select {
 	case <-s.stopping:
-		sess.Close(wire.CloseShuttingDown, shuttingDown)
+		sess.Close(session.CloseShuttingDown, shuttingDown)
 	default:
 	}
 	s.mu.Unlock()
 	return func() {
-		code := sess.CloseCode()
+		code := heraldv1.CloseCode(sess.CloseReason())
 		s.mu.Lock()
 		// Read under mu, with the move from the live sessions to the ended totals, so a scrape
 		// (laneTotals) counts the session's lanes exactly once, before or after.
@@ -444,7 +445,7 @@ func (s *Server) shutdown(srv *http.Server, served <-chan error, stopBase func()
 	}
 	s.mu.Unlock()
 	for _, sess := range live {
-		sess.Close(wire.CloseShuttingDown, shuttingDown)
+		sess.Close(session.CloseShuttingDown, shuttingDown)
 	}
 	for _, sess := range live {
 		select {
@@ -485,7 +486,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 // in Authorization: Bearer. The body is decoded as strictly as a client's publish frame.
 func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	if !s.apiKeyOK(r) {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnauthorized,
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnauthorized,
 			Message: "send an API key from api.keys as Authorization: Bearer <key>"})
 		return
 	}
@@ -495,11 +496,11 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			session.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Field: "data",
+			heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Field: "data",
 				Message: fmt.Sprintf("the publish body is longer than limits.max_publish_bytes (%d bytes) and 1 KiB for the other fields; publish less per message", s.cfg.MaxPublishBytes)})
 			return
 		}
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Err: err,
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeBadFrame, Err: err,
 			Message: "the request body could not be read; send it again"})
 		return
 	}
@@ -509,7 +510,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		session.WriteHTTPError(w, we)
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	pos, err := s.channels.Publish(p.Channel, p.Event, p.Data)
@@ -519,7 +520,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 			we = &wire.Error{Code: wire.CodeBadFrame, Field: "channel", Message: err.Error()}
 		}
 		we.ID = p.ID
-		session.WriteHTTPError(w, we)
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	id := p.ID
@@ -528,7 +529,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := wire.AppendFrame(nil, &wire.Published{ID: id, Pos: pos})
 	if err != nil {
-		session.WriteHTTPError(w, &wire.Error{ID: p.ID, Code: wire.CodeInternal, Message: "the answer could not be encoded", Err: err})
+		heraldv1.WriteHTTPError(w, &wire.Error{ID: p.ID, Code: wire.CodeInternal, Message: "the answer could not be encoded", Err: err})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -36,7 +36,7 @@ var _ session.Tables = (*tables)(nil)
 // the client may have received some of it before the crash. So everything at or before from
 // is held back (see floor), and only a from at or past the database's WAL end, which no commit
 // of this database can have reached, is refused with bad_position.
-func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f *wire.Subscribe) (session.TableSubscription, error) {
+func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
 	target := s
 	if !f.From.IsZero() {
 		// Installed before the subscription attaches: what is routed between attaching and the

@@ -1,6 +1,12 @@
-// Package session is one client connection, whatever carries it: it answers the client's
-// frames, holds its identity and subscriptions, and owns the writer that drains the
-// connection's lanes onto its Transport.
+// Package session is one client connection, whatever protocol it speaks and whatever carries
+// it: its identity, its subscriptions, its lanes, and the writer that drains them onto its
+// Transport. It speaks in typed operations (Subscribe, Unsubscribe, Publish, Refresh) that a
+// protocol's package calls once it has decoded a request (internal/heraldv1 for herald.v1),
+// returning typed results and client-facing refusals (*fault.Error) for the protocol to encode.
+// The core writes no protocol's bytes itself: it imports no protocol package. What it must queue
+// on its own (a subscription's reply that it is live, ahead of its data; the token's expiring
+// warning and the error that explains an expiry) it has its connection's Codec encode, and it
+// ends a session for a typed CloseReason, which the protocol renders as its own close.
 //
 // # Data path
 //
@@ -13,8 +19,9 @@
 // # Concurrency
 //
 // Three kinds of goroutine touch a Session:
-//   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands) calls Handle,
-//     after AwaitReplyRoom, or TryHandle;
+//   - the reader (a WebSocket read loop, or the HTTP handlers of SSE commands), through its
+//     protocol's package, calls the operations, after AwaitReplyRoom or a check of ReplyRoom;
+//     the protocol serialises a connection's requests itself;
 //   - producers (the channel hub, the table router), through the bus, call Push, which never
 //     blocks;
 //   - the writer is the only goroutine that writes frames to the Transport.
@@ -38,26 +45,40 @@
 // write to the Transport: the token's expiry (the expiring warning, then the close), the stall
 // check, armed by the lanes' OnStall as the data lane begins losing frames and not while it is
 // not, the close's grace period, and the end of the server's context (context.AfterFunc, an
-// entry in the context's list, not a goroutine).
+// entry in the context's list, not a goroutine). Their callbacks are the session's goroutines
+// too: the session's end (its finish, or Abort) lets no more of them start and waits for those
+// running, so none outlives it. A subscribe runs on its caller's goroutine, under the caller's
+// context, cut short by the session's close.
+//
+// # Bounds
+//
+// What a session holds is bounded by count and bytes, each with its overflow rule: the lanes
+// (see delivery: data past its frames or bytes is replaced with a gap marker, control past its
+// frames or bytes closes the session as too slow); the items delivered to a subscription
+// whose reply is not queued yet, held to the data lane's frames and bytes, past which they
+// join one gap marked right after them (replace with a marker); the subscriptions, at most
+// MaxSubscriptions, past which a subscribe is refused; the replies to requests, for which a
+// reader waits for room (AwaitReplyRoom) or a command is refused (ReplyRoom), and which close
+// the session as too slow if they stay unread for SlowTimeout.
 //
 // mu guards the identity and the subscription table; stallMu guards the stall timer. Push
 // takes mu only to look the subscription up (and to buffer an item for one whose subscribed is
 // not queued yet), then releases it before it queues on the lanes, which have their own lock;
-// a subscribe queues its subscribed and the buffered items under mu. Lock order: mu, then the
+// a subscribe queues its reply and the buffered items under mu. Lock order: mu, then the
 // lanes' lock; mu, then stallMu (a push under mu may arm the stall timer, through the lanes'
 // OnStall, which runs once the lanes' lock is released). stallMu and the lanes' lock are never
-// held together, and nothing takes mu while it holds stallMu. Nothing is written to the
-// network under mu.
+// held together, and nothing takes mu while it holds stallMu. timerMu is taken alone. Nothing is
+// written to the network under mu.
 //
 // # Lifecycle
 //
 // New makes a session for an identity that has already been verified. Start starts the token's
-// expiry timer (the warning, then the close with 4100 at Identity.ExpiresAt) and the first
-// writer; Wait returns once the session has finished and its writers have ended, after every
-// subscription has been let go; Run is Start and Wait. Close may be called from any goroutine,
-// any number of times: the first call wins. The writer then writes the control frames still
-// queued (the error that explains the close, say) within a short grace period, closes the
-// transport with the code, lets go of the subscriptions, and closes Done. A write stuck on a
+// expiry timer (the warning, then the close for CloseTokenExpired at Identity.ExpiresAt) and
+// the first writer; Wait returns once the session has finished and its writers have ended,
+// after every subscription has been let go; Run is Start and Wait. Close may be called from any
+// goroutine, any number of times: the first call wins. The writer then writes the control
+// frames still queued (the error that explains the close, say) within a short grace period,
+// closes the transport with the reason, lets go of the subscriptions, and closes Done. A write stuck on a
 // client that stopped reading cannot hold the close: after the grace period the transport is
 // closed from outside, which fails the write.
 package session

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +34,7 @@ func (r *recordingTransport) Write(_ time.Time, items []delivery.Item) error {
 	return nil
 }
 
-func (r *recordingTransport) Close(wire.CloseCode, string) {}
+func (r *recordingTransport) Close(CloseReason, string) {}
 
 // written is every frame written so far.
 func (r *recordingTransport) written() []map[string]any {
@@ -98,12 +99,12 @@ func TestEveryGapTakesOnePath(t *testing.T) {
 		covered[tt.reason] = true
 		t.Run(string(tt.reason), func(t *testing.T) {
 			rec := &recordingTransport{}
-			s, err := New(Config{Lanes: tt.lanes}, Deps{Channels: headChannels{}}, rec, auth.Identity{Subject: "u"})
+			s, err := New(Config{Lanes: tt.lanes, Codec: wire.Codec{}}, Deps{Channels: headChannels{}}, rec, auth.Identity{Subject: "u"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if we := s.Subscribe(&wire.Subscribe{ID: "1", Sub: "s", Channel: "c", From: tt.from}); we != nil {
-				t.Fatal(we)
+			if err := s.Subscribe(context.Background(), SubscribeRequest{Ref: "1", Sub: "s", Channel: "c", From: tt.from}); err != nil {
+				t.Fatal(err)
 			}
 			for _, it := range tt.push {
 				s.Push("s", it)
@@ -133,26 +134,43 @@ func TestEveryGapTakesOnePath(t *testing.T) {
 }
 
 // TestPendingBufferIsBounded: items delivered while a subscribe is still being answered wait
-// for its subscribed, but at most the data lane's frame bound of them; the rest become one gap
-// after them, never unbounded memory.
+// for its reply, but at most the data lane's bounds of them, in frames and in bytes; the rest
+// become one gap after them, never unbounded memory.
 func TestPendingBufferIsBounded(t *testing.T) {
-	rec := &recordingTransport{}
-	s, err := New(Config{Lanes: delivery.Config{MaxDataFrames: 4}}, Deps{}, rec, auth.Identity{Subject: "u"})
-	if err != nil {
-		t.Fatal(err)
+	codec := wire.Codec{}
+	// The frame of one of the first nine messages: they are all this long.
+	frame := len(codec.Head("s", false)) + len(msg(1, "1").Encoded(codec))
+	tests := []struct {
+		name  string
+		lanes delivery.Config
+		want  int // items buffered; the rest of 100 are the gap
+	}{
+		{"by frames", delivery.Config{MaxDataFrames: 4}, 4},
+		{"by bytes", delivery.Config{MaxDataFrames: 1000, MaxDataBytes: 3*frame + frame/2}, 3},
 	}
-	s.mu.Lock()
-	su := &subscription{sub: "s", key: "s\x001", head: s.cfg.Codec.Head("s", false), pending: true, unsubscribe: func() {}}
-	s.subs["s"] = su
-	s.mu.Unlock()
-	for i := range 100 {
-		s.Push("s", msg(uint64(i+1), "1"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recordingTransport{}
+			s, err := New(Config{Lanes: tt.lanes, Codec: codec}, Deps{}, rec, auth.Identity{Subject: "u"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Abort()
+			s.mu.Lock()
+			su := &subscription{sub: "s", key: "s\x001", head: s.cfg.Codec.Head("s", false), pending: true, unsubscribe: func() {}}
+			s.subs["s"] = su
+			s.mu.Unlock()
+			for i := range 100 {
+				s.Push("s", msg(uint64(i+1), "1"))
+			}
+			s.mu.Lock()
+			buffered, bytes, overflow := len(su.buffered), su.bufferedBytes, su.overflow
+			s.mu.Unlock()
+			first := fmt.Sprintf("e:%d", tt.want+1)
+			if buffered != tt.want || bytes != tt.want*frame || overflow == nil || overflow.first != first || overflow.last != "e:100" || overflow.count != uint64(100-tt.want) {
+				t.Fatalf("buffered %d (%d bytes), overflow %+v; want %d buffered (%d bytes) and a gap %s..e:100 of %d",
+					buffered, bytes, overflow, tt.want, tt.want*frame, first, 100-tt.want)
+			}
+		})
 	}
-	s.mu.Lock()
-	buffered, overflow := len(su.buffered), su.overflow
-	s.mu.Unlock()
-	if buffered != 4 || overflow == nil || overflow.first != "e:5" || overflow.last != "e:100" || overflow.count != 96 {
-		t.Fatalf("buffered %d, overflow %+v; want 4 buffered and a gap e:5..e:100 of 96", buffered, overflow)
-	}
-	s.Abort()
 }

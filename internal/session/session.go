@@ -14,8 +14,8 @@ import (
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/stream"
-	"github.com/heraldrt/herald/internal/wire"
 )
 
 // Transport is the connection's wire. The session's writer goroutine is the only caller of
@@ -28,37 +28,40 @@ type Transport interface {
 	// timer or goroutine of its own, and a context with a timeout per batch cost the writer
 	// more than a tenth of its time.
 	Write(deadline time.Time, items []delivery.Item) error
-	// Close ends the connection with a close code and a short human reason (the transport
-	// formats it, e.g. with wire.CloseReason).
-	Close(code wire.CloseCode, reason string)
+	// Close ends the connection for reason r, with a short human message; the protocol
+	// renders both (herald.v1: a close code and wire.CloseReason's text).
+	Close(r CloseReason, msg string)
 }
 
 // Channels is the channel hub as a session uses it.
 type Channels interface {
 	// Subscribe attaches sub to the channels pattern and event select, and returns the
 	// position it starts after (zero for a pattern spanning channels) and how to detach.
-	Subscribe(s stream.Receiver, sub, pattern, event string) (head wire.Position, unsubscribe func(), err error)
+	Subscribe(s stream.Receiver, sub, pattern, event string) (head stream.Position, unsubscribe func(), err error)
 	// Publish sends data to one channel and returns its position there.
-	Publish(channel, event string, data json.RawMessage) (wire.Position, error)
+	Publish(channel, event string, data json.RawMessage) (stream.Position, error)
 }
 
 // Tables is the table router as a session uses it.
 type Tables interface {
 	// Subscribe validates and attaches a table subscription. A from past the end of the
 	// database's stream is refused with bad_position; nothing at or before a from is
-	// delivered. Errors are *wire.Error.
-	Subscribe(ctx context.Context, s stream.Receiver, f *wire.Subscribe) (TableSubscription, error)
+	// delivered. A refusal is a client-facing error (*fault.Error).
+	Subscribe(ctx context.Context, s stream.Receiver, r SubscribeRequest) (TableSubscription, error)
 }
 
 // TableSubscription is an attached table subscription.
 type TableSubscription struct {
-	Head        wire.Position // the position it starts after
-	Key         []string      // the table's key columns, for the subscribed frame
-	Unsubscribe func()        // detaches it
+	Head        stream.Position // the position it starts after
+	Key         []string        // the table's key columns, for the reply that it is live
+	Unsubscribe func()          // detaches it
 }
 
-// Codec is the protocol a connection speaks, as the session's data path uses it: it encodes
-// the stream's items into that protocol's frames. wire.Codec is herald.v1.
+// Codec is the protocol a connection speaks, as the session uses it: it encodes the stream's
+// items, and the few frames the session queues itself because their place in the stream is
+// the session's to keep (the reply that a subscription is live, ahead of its data) or nobody
+// asked for them (the token's expiry). Everything else a protocol sends it encodes itself and
+// queues with Send. wire.Codec is herald.v1.
 type Codec interface {
 	stream.Encoder // the shared body of a change or a message, encoded once per item
 	// Head is the per-subscription prefix of sub's data frames, for a table subscription or a
@@ -66,6 +69,14 @@ type Codec interface {
 	Head(sub string, table bool) []byte
 	// Gap appends the frame that tells subscription sub about gap g.
 	Gap(dst []byte, sub string, g *stream.Gap) []byte
+	// Subscribed appends the reply to request ref that subscription sub is live after pos
+	// (zero for a pattern spanning channels), with a table's key columns.
+	Subscribed(dst []byte, ref, sub string, pos stream.Position, key []string) []byte
+	// Expiring appends the warning that the token expires at at, in in.
+	Expiring(dst []byte, at time.Time, in time.Duration) []byte
+	// Fault appends the error that answers request ref, or none (""): the one that explains a
+	// close the session decides, say.
+	Fault(dst []byte, ref string, e *fault.Error) []byte
 }
 
 var _ stream.Receiver = (*Session)(nil)
@@ -79,7 +90,7 @@ type Verifier interface {
 type Config struct {
 	// MaxSubscriptions a connection may hold at once. Default 100.
 	MaxSubscriptions int
-	// MaxFrameBytes is the largest client frame read. Default wire.DefaultMaxFrameBytes.
+	// MaxFrameBytes is the largest client frame read. Default DefaultMaxFrameBytes.
 	MaxFrameBytes int
 	// SlowTimeout closes a connection as too slow when its data lane has been losing frames
 	// for this long, one write has been blocked this long, or the replies to its requests have
@@ -93,7 +104,8 @@ type Config struct {
 	ClientPublish bool
 	// Lanes bounds each connection's queues. Its EncodeMarker is always the codec's.
 	Lanes delivery.Config
-	// Codec is the protocol the connection speaks. Default wire.Codec, herald.v1.
+	// Codec is the protocol the connection speaks. Required: New refuses a Config without
+	// one. A protocol's package or transport sets it (wire.Codec for herald.v1).
 	Codec Codec
 	// CloseGrace is how long the writer may spend writing the frames that explain a close.
 	// Default 2s.
@@ -107,7 +119,7 @@ func (c Config) withDefaults() Config {
 		c.MaxSubscriptions = 100
 	}
 	if c.MaxFrameBytes <= 0 {
-		c.MaxFrameBytes = wire.DefaultMaxFrameBytes
+		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if c.SlowTimeout <= 0 {
 		c.SlowTimeout = 10 * time.Second
@@ -126,14 +138,14 @@ func (c Config) withDefaults() Config {
 	if c.Lanes.MaxDataFrames == 0 {
 		c.Lanes.MaxDataFrames = delivery.DefaultMaxDataFrames
 	}
+	if c.Lanes.MaxDataBytes == 0 {
+		c.Lanes.MaxDataBytes = delivery.DefaultMaxDataBytes
+	}
 	if c.Lanes.MaxControlFrames == 0 {
 		c.Lanes.MaxControlFrames = delivery.DefaultMaxControlFrames
 	}
 	if c.Lanes.MaxControlBytes == 0 {
 		c.Lanes.MaxControlBytes = delivery.DefaultMaxControlBytes
-	}
-	if c.Codec == nil {
-		c.Codec = wire.Codec{}
 	}
 	codec := c.Codec
 	c.Lanes.EncodeMarker = func(dst []byte, m delivery.Marker) []byte {
@@ -153,7 +165,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports a Config that New would refuse.
+// DefaultMaxFrameBytes is the largest client frame read by default: herald.v1's default
+// (wire.DefaultMaxFrameBytes; a test in internal/heraldv1 keeps the two equal).
+const DefaultMaxFrameBytes = 64 << 10
+
+// errNoCodec is New's refusal of a Config without a Codec.
+var errNoCodec = errors.New("session: Config.Codec is not set; the protocol's package or transport sets it")
+
+// Validate reports bounds New would refuse. It does not ask for Codec, which the protocol that
+// serves a connection sets, not the operator's configuration.
 func (c Config) Validate() error {
 	return c.withDefaults().Lanes.Validate()
 }
@@ -174,8 +194,6 @@ type Session struct {
 	lanes     *delivery.Lanes
 	log       *slog.Logger
 
-	handleMu sync.Mutex // serializes Handle; taken before mu, never while holding it
-
 	mu       sync.Mutex
 	identity auth.Identity            // guarded by mu
 	subs     map[string]*subscription // guarded by mu
@@ -189,11 +207,11 @@ type Session struct {
 	endLife      context.CancelFunc
 	closing      chan struct{} // closed by the first Close or Lost
 	closeMu      sync.Mutex
-	closeStarted bool           // guarded by closeMu
-	closeWeak    bool           // guarded by closeMu: closed by Lost; a Close may still name the code
-	closeCode    wire.CloseCode // guarded by closeMu
-	closeMsg     string         // guarded by closeMu
-	done         chan struct{}  // closed when the writer has finished the session
+	closeStarted bool          // guarded by closeMu
+	closeWeak    bool          // guarded by closeMu: closed by Lost; a Close may still name the reason
+	closeWhy     CloseReason   // guarded by closeMu
+	closeMsg     string        // guarded by closeMu
+	done         chan struct{} // closed when the writer has finished the session
 
 	// The writer runs on demand (see doc.go, Writer): a goroutine started when the lanes get
 	// work, ended when they drain. ctx and stopCtx are set by Start before the first writer
@@ -205,6 +223,12 @@ type Session struct {
 	stallMu  sync.Mutex  // taken after mu, if both (see doc.go)
 	stall    *time.Timer // guarded by stallMu: armed while the data lane is stalled, else nil
 	stallEnd bool        // guarded by stallMu: the session has ended; arm no more
+
+	// The session's timers' callbacks (afterFunc) are its goroutines: timers counts those
+	// running, and once timersEnded is set none starts, so the session's end can wait for them.
+	timerMu     sync.Mutex     // taken alone
+	timersEnded bool           // guarded by timerMu
+	timers      sync.WaitGroup // callbacks running; Add only under timerMu, before timersEnded
 }
 
 // subscription is one of the session's subscriptions.
@@ -219,8 +243,9 @@ type subscription struct {
 	// subscribed reply is queued: data delivered meanwhile waits in buffered, so the client
 	// never sees data before subscribed, nor before the resync of a resumed subscription.
 	// Both guarded by the session's mu.
-	pending  bool
-	buffered []*stream.Item
+	pending       bool
+	buffered      []*stream.Item
+	bufferedBytes int // the frames' bytes of buffered: len(head) + the body, per item
 	// overflow is the gap of items delivered while pending past the bound on buffered (the
 	// data lane's frame bound): they join it, and it is marked right after the buffered items.
 	overflow *pendingGap
@@ -234,6 +259,9 @@ type pendingGap struct {
 
 // New returns a session for an identity the transport has verified.
 func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error) {
+	if cfg.Codec == nil {
+		return nil, errNoCodec
+	}
 	cfg = cfg.withDefaults()
 	s := &Session{
 		id:        newID(),
@@ -281,22 +309,6 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // Stats is the session's lanes' counters.
 func (s *Session) Stats() delivery.Stats { return s.lanes.Stats() }
 
-// Welcome is the session's welcome frame, answering the connect with id.
-func (s *Session) Welcome(id string) *wire.Welcome {
-	ident := s.Identity()
-	w := &wire.Welcome{ID: id, Version: wire.Version, Session: s.id, Limits: wire.Limits{
-		MaxFrameBytes:    s.cfg.MaxFrameBytes,
-		MaxSubscriptions: s.cfg.MaxSubscriptions,
-		PingInterval:     s.cfg.PingInterval,
-		MaxUnreadReplies: s.cfg.Lanes.MaxControlFrames - s.replyFrames(),
-	}}
-	if !ident.ExpiresAt.IsZero() {
-		w.ExpiresAt = ident.ExpiresAt
-		w.ExpiresIn = ident.ExpiresAt.Sub(s.cfg.Now()).Truncate(time.Second)
-	}
-	return w
-}
-
 // replyFrames and replyBytes are the room on the control lane that one more request needs: a
 // request queues at most two frames (subscribed, then a resumed subscription's resync), and a
 // timer or a producer may queue an unprompted one meanwhile (expiring, an error). A reply quotes
@@ -305,6 +317,15 @@ func (s *Session) Welcome(id string) *wire.Welcome {
 // time once it is empty.
 func (s *Session) replyFrames() int { return min(4, s.cfg.Lanes.MaxControlFrames) }
 func (s *Session) replyBytes() int  { return min(s.cfg.MaxFrameBytes+1024, s.cfg.Lanes.MaxControlBytes) }
+
+// ReplyRoom reports whether the control lane has room now for the replies to one more
+// request: a protocol that cannot make its caller wait (SSE's commands, each on a request of
+// its own) refuses the request when it has not, rather than piling up waiting requests. The
+// caller serialises its requests, so no other request's replies take the room before these.
+func (s *Session) ReplyRoom() bool {
+	ok, _ := s.lanes.ControlRoom(s.replyFrames(), s.replyBytes())
+	return ok
+}
 
 // AwaitReplyRoom waits until the control lane has room for the replies to one more request: a
 // reader calls it before it hands the session the next frame, so a client that sends requests
@@ -330,35 +351,35 @@ func (s *Session) AwaitReplyRoom(ctx context.Context) bool {
 		case <-ctx.Done():
 			return false
 		case <-timeout:
-			s.Close(wire.CloseTooSlow, fmt.Sprintf("the replies to its requests stayed unread for %s", s.cfg.SlowTimeout))
+			s.Close(CloseTooSlow, fmt.Sprintf("the replies to its requests stayed unread for %s", s.cfg.SlowTimeout))
 			return false
 		}
 	}
 }
 
-// Send queues a control frame. A control lane that cannot take it means the client is not
-// reading its own replies: the session closes as too slow.
-func (s *Session) Send(f wire.Frame) { s.sendAt("", "", f) }
+// Send queues an encoded control frame: a reply, or an unprompted frame the protocol decided
+// on. The bytes are the lanes' from then on. A control lane that cannot take it means the
+// client is not reading its own replies: the session closes as too slow.
+func (s *Session) Send(frame []byte) { s.sendAt("", "", frame) }
 
 // sendAt is Send for a frame about the subscription with lanes key key, at position pos: the
 // writer's item carries both, for a transport that marks positions (SSE's event ids).
-func (s *Session) sendAt(key, pos string, f wire.Frame) {
-	b, err := wire.AppendFrame(nil, f)
-	if err != nil {
-		s.log.Error("encode a control frame", "type", f.Type(), "error", err)
+func (s *Session) sendAt(key, pos string, b []byte) {
+	if len(b) == 0 {
+		s.log.Error("a control frame did not encode")
 		return
 	}
 	if err := s.lanes.PushControlAt(b, key, pos); err != nil {
 		if errors.Is(err, delivery.ErrControlFull) {
-			s.Close(wire.CloseTooSlow, "replies are not being read")
+			s.Close(CloseTooSlow, "replies are not being read")
 		}
 	}
 }
 
-// Fail sends err as an error frame and closes the session with code: the error says why.
-func (s *Session) Fail(err *wire.Error, code wire.CloseCode) {
-	s.Send(err)
-	s.Close(code, err.Message)
+// fail sends e as an unprompted error and closes the session with code: the error says why.
+func (s *Session) fail(e *fault.Error, r CloseReason) {
+	s.Send(s.cfg.Codec.Fault(nil, "", e))
+	s.Close(r, e.Message)
 }
 
 // Push queues one item of subscription sub: stream.Receiver, which producers deliver to. It
@@ -374,7 +395,7 @@ func (s *Session) Push(sub string, it *stream.Item) {
 		return // unsubscribed while the producer was delivering
 	}
 	if su.pending {
-		su.buffer(it, s.cfg.Lanes.MaxDataFrames)
+		su.buffer(it, s.cfg.Lanes.MaxDataFrames, s.cfg.Lanes.MaxDataBytes, s.cfg.Codec)
 		s.mu.Unlock()
 		return
 	}
@@ -383,13 +404,24 @@ func (s *Session) Push(sub string, it *stream.Item) {
 	s.push(key, head, it)
 }
 
-// buffer keeps it until the subscription's subscribed is queued, at most max items: past
-// them the items join one gap, so a producer that delivers faster than a subscribe completes
-// cannot grow the session without bound. The caller holds the session's mu.
-func (su *subscription) buffer(it *stream.Item, max int) {
-	if su.overflow == nil && len(su.buffered) < max {
-		su.buffered = append(su.buffered, it)
-		return
+// buffer keeps it until the subscription's reply is queued, at most maxItems items and
+// maxBytes bytes of their frames (the data lane's bounds, which they are queued on next). The
+// overflow rule is the lanes': replace with a marker. Past either bound, the item and every
+// later one join one gap, marked lane_full right after the buffered items, so a producer that
+// delivers faster than a subscribe completes cannot grow the session without bound. The
+// caller holds the session's mu.
+func (su *subscription) buffer(it *stream.Item, maxItems, maxBytes int, codec Codec) {
+	if su.overflow == nil && len(su.buffered) < maxItems {
+		size := 0
+		if it.Gap == nil {
+			// Encoded once per item and codec, and cached: the push that follows reuses it.
+			size = len(su.head) + len(it.Encoded(codec))
+		}
+		if su.bufferedBytes+size <= maxBytes {
+			su.buffered = append(su.buffered, it)
+			su.bufferedBytes += size
+			return
+		}
 	}
 	first, count := it.PosText(), uint64(1)
 	if g := it.Gap; g != nil {
@@ -423,25 +455,25 @@ func (s *Session) push(key string, head []byte, it *stream.Item) {
 	s.lanes.PushData(delivery.Frame{Head: head, Body: it.Encoded(s.cfg.Codec), Key: key, Pos: it.PosText()})
 }
 
-// Close ends the session with code and reason. The first call wins, except over Lost: a
-// connection that dropped may have dropped because of what the code names (a write that
-// timed out on a client too slow to read), and the code is what gets counted.
-func (s *Session) Close(code wire.CloseCode, reason string) { s.close(code, reason, false) }
+// Close ends the session for reason r, with a short human message. The first call wins,
+// except over Lost: a connection that dropped may have dropped because of what r names (a
+// write that timed out on a client too slow to read), and r is what gets counted.
+func (s *Session) Close(r CloseReason, msg string) { s.close(r, msg, false) }
 
 // Lost ends the session because its connection dropped.
-func (s *Session) Lost(reason string) { s.close(wire.CloseNormal, reason, true) }
+func (s *Session) Lost(reason string) { s.close(CloseNormal, reason, true) }
 
-func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
+func (s *Session) close(r CloseReason, msg string, weak bool) {
 	s.closeMu.Lock()
 	if s.closeStarted {
 		if s.closeWeak && !weak {
-			s.closeCode, s.closeMsg, s.closeWeak = code, reason, false
+			s.closeWhy, s.closeMsg, s.closeWeak = r, msg, false
 		}
 		s.closeMu.Unlock()
 		return
 	}
 	s.closeStarted, s.closeWeak = true, weak
-	s.closeCode, s.closeMsg = code, reason
+	s.closeWhy, s.closeMsg = r, msg
 	close(s.closing)
 	s.closeMu.Unlock()
 	s.endLife()
@@ -452,32 +484,32 @@ func (s *Session) close(code wire.CloseCode, reason string, weak bool) {
 		s.startWriter()
 	}
 	// A writer blocked on a client that stopped reading would hold the close forever.
-	time.AfterFunc(s.cfg.CloseGrace, func() {
+	s.afterFunc(s.cfg.CloseGrace, func() {
 		select {
 		case <-s.done:
 		default:
-			c, m := s.closeReason()
-			s.transport.Close(c, m)
+			r, m := s.closeState()
+			s.transport.Close(r, m)
 		}
 	})
 }
 
-func (s *Session) closeReason() (wire.CloseCode, string) {
+func (s *Session) closeState() (CloseReason, string) {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	return s.closeCode, s.closeMsg
+	return s.closeWhy, s.closeMsg
 }
 
-// CloseCode is the code the session closed with; meaningful once Done is closed.
-func (s *Session) CloseCode() wire.CloseCode {
-	c, _ := s.closeReason()
-	return c
+// CloseReason is why the session closed; meaningful once Done is closed.
+func (s *Session) CloseReason() CloseReason {
+	r, _ := s.closeState()
+	return r
 }
 
 // Abort lets go of a session that never ran (its transport refused it before Run): it stops
 // the expiry timer, detaches every subscription and closes the lanes.
 func (s *Session) Abort() {
-	s.close(wire.CloseNormal, "", true)
+	s.close(CloseNormal, "", true)
 	s.mu.Lock()
 	s.closed = true
 	subs := s.subs
@@ -491,6 +523,7 @@ func (s *Session) Abort() {
 	}
 	s.lanes.Close()
 	s.disarmStall()
+	s.endTimers()
 }
 
 // Closing is closed once Close has been called.
@@ -512,7 +545,9 @@ func (s *Session) Start(ctx context.Context) {
 	s.ctx = ctx
 	// No goroutine waits for ctx: the server's context is a cancel context, so this is an
 	// entry in its list of children.
-	s.stopCtx = context.AfterFunc(ctx, func() { s.Close(wire.CloseShuttingDown, "server shutting down") })
+	s.stopCtx = context.AfterFunc(ctx, func() {
+		s.owned(func() { s.Close(CloseShuttingDown, "server shutting down") })
+	})
 	// The lanes were made with the writer's place taken, so pushes before now (welcome) wait
 	// for this one.
 	s.startWriter()
@@ -631,7 +666,7 @@ func (s *Session) write(ctx context.Context, items []delivery.Item) error {
 	// A write that failed once its deadline had passed was cut by it: the client stopped
 	// reading.
 	if err != nil && ctx.Err() == nil && !time.Now().Before(dl) {
-		s.Close(wire.CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
+		s.Close(CloseTooSlow, fmt.Sprintf("one write was blocked for %s", s.cfg.SlowTimeout))
 	}
 	return err
 }
@@ -654,8 +689,8 @@ func (s *Session) finish(b *delivery.Batch) {
 		}
 	}
 	s.lanes.Close()
-	code, msg := s.closeReason()
-	s.transport.Close(code, msg)
+	r, msg := s.closeState()
+	s.transport.Close(r, msg)
 	s.mu.Lock()
 	s.closed = true
 	subs := s.subs
@@ -669,6 +704,38 @@ func (s *Session) finish(b *delivery.Batch) {
 	}
 	s.disarmStall()
 	b.Reset() // hold no frame in the pool
+	s.endTimers()
+}
+
+// afterFunc is time.AfterFunc for the session's timers (the token's expiry, the stall check, the
+// close's grace period): the callback runs in a goroutine of the runtime's, and the session
+// owns it. One that fires after the session has ended does not run, and endTimers waits for
+// those already running, so no callback outlives the session.
+func (s *Session) afterFunc(d time.Duration, f func()) *time.Timer {
+	return time.AfterFunc(d, func() { s.owned(f) })
+}
+
+// owned runs f, a callback on a goroutine of the runtime's (a timer's, context.AfterFunc's), as
+// one of the session's: not once the session has ended, and endTimers waits for it.
+func (s *Session) owned(f func()) {
+	s.timerMu.Lock()
+	if s.timersEnded {
+		s.timerMu.Unlock()
+		return
+	}
+	s.timers.Add(1)
+	s.timerMu.Unlock()
+	defer s.timers.Done()
+	f()
+}
+
+// endTimers lets no more timer callbacks run and waits for those running. It is the last thing
+// the session's end does, holding no lock: a callback may take any of them.
+func (s *Session) endTimers() {
+	s.timerMu.Lock()
+	s.timersEnded = true
+	s.timerMu.Unlock()
+	s.timers.Wait()
 }
 
 // armStall is the lanes' OnStall: the data lane began losing frames, so a timer is armed to
@@ -679,7 +746,7 @@ func (s *Session) armStallIn(d time.Duration) {
 	s.stallMu.Lock()
 	defer s.stallMu.Unlock()
 	if s.stall == nil && !s.stallEnd {
-		s.stall = time.AfterFunc(d, s.checkStall)
+		s.stall = s.afterFunc(d, s.checkStall)
 	}
 }
 
@@ -703,7 +770,7 @@ func (s *Session) checkStall() {
 		s.armStallIn(left)
 		return
 	}
-	s.Close(wire.CloseTooSlow, fmt.Sprintf("the data queue stayed full for %s", s.cfg.SlowTimeout))
+	s.Close(CloseTooSlow, fmt.Sprintf("the data queue stayed full for %s", s.cfg.SlowTimeout))
 }
 
 // disarmStall stops the stall timer for good, as the session ends. A check already running
@@ -744,19 +811,19 @@ func (s *Session) armExpiry() {
 		if !warned {
 			// Under mu, so a refresh cannot slip in between the warning and the rearm.
 			warned = true
-			s.Send(&wire.Expiring{ExpiresAt: at, ExpiresIn: at.Sub(now).Truncate(time.Second)})
+			s.Send(s.cfg.Codec.Expiring(nil, at, at.Sub(now).Truncate(time.Second)))
 		}
 		if now.Before(at) {
-			s.expiry = time.AfterFunc(at.Sub(now), fire)
+			s.expiry = s.afterFunc(at.Sub(now), fire)
 			s.mu.Unlock()
 			return
 		}
 		s.mu.Unlock()
-		s.Fail(wire.Errorf(wire.CodeTokenExpired, "the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339)), wire.CloseTokenExpired)
+		s.fail(&fault.Error{Code: fault.CodeTokenExpired, Message: fmt.Sprintf("the token expired at %s and no refresh replaced it; get a fresh token and reconnect", at.UTC().Format(time.RFC3339))}, CloseTokenExpired)
 	}
 	d := at.Add(-s.cfg.ExpiryWarning).Sub(s.cfg.Now())
 	if d < 0 {
 		d = 0
 	}
-	s.expiry = time.AfterFunc(d, fire)
+	s.expiry = s.afterFunc(d, fire)
 }

@@ -3,7 +3,6 @@ package session
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -55,7 +54,7 @@ func (g *gatedTransport) Write(deadline time.Time, items []delivery.Item) error 
 	return nil
 }
 
-func (g *gatedTransport) Close(wire.CloseCode, string) { g.once.Do(func() { close(g.closed) }) }
+func (g *gatedTransport) Close(CloseReason, string) { g.once.Do(func() { close(g.closed) }) }
 
 // fakeChannels attaches every subscription and publishes nothing by itself.
 type fakeChannels struct{}
@@ -67,54 +66,6 @@ func (fakeChannels) Publish(string, string, json.RawMessage) (wire.Position, err
 	return wire.Position{}, nil
 }
 
-// TestNothingOfAnEndedSubscriptionFollowsItsUnsubscribed: data queued for a subscription when
-// it is unsubscribed, and then replaced by a new one with the same sub, is never written after
-// the unsubscribed reply.
-func TestNothingOfAnEndedSubscriptionFollowsItsUnsubscribed(t *testing.T) {
-	g := newGated()
-	s, err := New(Config{}, Deps{Channels: fakeChannels{}}, g, auth.Identity{Subject: "u"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-
-	s.Handle(&wire.Subscribe{ID: "1", Sub: "x", Channel: "rooms/a"})
-	<-g.started // the writer holds its first batch: subscribed
-	for i := 0; i < 3; i++ {
-		s.Push("x", stream.NewMessage(&stream.Message{Pos: stream.ChannelPosition("e", 1), Channel: "rooms/a", Data: []byte(`"old"`)}))
-	}
-	s.Handle(&wire.Unsubscribe{ID: "2", Sub: "x"})
-	s.Handle(&wire.Subscribe{ID: "3", Sub: "x", Channel: "rooms/b"})
-	s.Push("x", stream.NewMessage(&stream.Message{Pos: stream.ChannelPosition("f", 1), Channel: "rooms/b", Data: []byte(`"new"`)}))
-	close(g.gate)
-
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		g.mu.Lock()
-		frames := append([]string(nil), g.frames...)
-		g.mu.Unlock()
-		if len(frames) > 0 && strings.Contains(frames[len(frames)-1], `"new"`) {
-			unsubscribedAt := -1
-			for i, f := range frames {
-				if strings.Contains(f, `"type":"unsubscribed"`) {
-					unsubscribedAt = i
-				}
-				if unsubscribedAt >= 0 && strings.Contains(f, `"old"`) {
-					t.Fatalf("frame %d of the ended subscription came after its unsubscribed: %q", i, frames)
-				}
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the new subscription's frame never came: %q", frames)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestResumeGap: the resync a resumed subscription starts with. lost is given only when it is
 // exact, and absent otherwise: a client must never read "0 lost" into a gap of thousands.
 func TestResumeGap(t *testing.T) {
@@ -122,29 +73,29 @@ func TestResumeGap(t *testing.T) {
 	ch := wire.ChannelPosition
 	tests := []struct {
 		name string
-		f    wire.Subscribe
+		r    SubscribeRequest
 		head wire.Position
 		want *stream.Gap
 	}{
-		{"no from", wire.Subscribe{Sub: "s", Channel: "c"}, ch("e", 9), nil},
-		{"channel at its head", wire.Subscribe{Sub: "s", Channel: "c", From: ch("e", 9)}, ch("e", 9), nil},
-		{"channel behind its head", wire.Subscribe{Sub: "s", Channel: "c", From: ch("e", 4)}, ch("e", 9),
+		{"no from", SubscribeRequest{Sub: "s", Channel: "c"}, ch("e", 9), nil},
+		{"channel at its head", SubscribeRequest{Sub: "s", Channel: "c", From: ch("e", 9)}, ch("e", 9), nil},
+		{"channel behind its head", SubscribeRequest{Sub: "s", Channel: "c", From: ch("e", 4)}, ch("e", 9),
 			&stream.Gap{First: ch("e", 5), Last: ch("e", 9), Lost: 5, Reason: stream.ReasonHistoryExpired}},
 		// Offsets count every publication; the event filter would have passed an unknown few.
-		{"channel with an event filter", wire.Subscribe{Sub: "s", Channel: "c", Event: "chat", From: ch("e", 4)}, ch("e", 9),
+		{"channel with an event filter", SubscribeRequest{Sub: "s", Channel: "c", Event: "chat", From: ch("e", 4)}, ch("e", 9),
 			&stream.Gap{First: ch("e", 5), Last: ch("e", 9), Reason: stream.ReasonHistoryExpired}},
-		{"channel of another epoch", wire.Subscribe{Sub: "s", Channel: "c", From: ch("old", 4)}, ch("e", 9),
+		{"channel of another epoch", SubscribeRequest{Sub: "s", Channel: "c", From: ch("old", 4)}, ch("e", 9),
 			&stream.Gap{Last: ch("e", 9), Reason: stream.ReasonStreamReset}},
-		{"table behind its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x10, 0)}, tbl(0x90, 0),
+		{"table behind its head", SubscribeRequest{Sub: "s", Table: "public.t", From: tbl(0x10, 0)}, tbl(0x90, 0),
 			&stream.Gap{Last: tbl(0x90, 0), Reason: stream.ReasonHistoryExpired}},
-		{"table inside the head's transaction", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x90, 2)}, tbl(0x90, 0),
+		{"table inside the head's transaction", SubscribeRequest{Sub: "s", Table: "public.t", From: tbl(0x90, 2)}, tbl(0x90, 0),
 			&stream.Gap{First: tbl(0x90, 3), Last: tbl(0x90, 0), Reason: stream.ReasonHistoryExpired}},
-		{"table at its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x90, 0)}, tbl(0x90, 0), nil},
-		{"table ahead of its head", wire.Subscribe{Sub: "s", Table: "public.t", From: tbl(0x99, 1)}, tbl(0x90, 0), nil},
+		{"table at its head", SubscribeRequest{Sub: "s", Table: "public.t", From: tbl(0x90, 0)}, tbl(0x90, 0), nil},
+		{"table ahead of its head", SubscribeRequest{Sub: "s", Table: "public.t", From: tbl(0x99, 1)}, tbl(0x90, 0), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := resumeGap(&tt.f, tt.head)
+			got := resumeGap(tt.r, tt.head)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("resumeGap (-want +got):\n%s", diff)
 			}
@@ -152,13 +103,13 @@ func TestResumeGap(t *testing.T) {
 	}
 }
 
-// TestRepliesWaitingUnread: past limits.max_unread_replies replies waiting, an SSE command is
-// refused rate_limited and a WebSocket reader waits, until the writer takes replies, or closes
-// the session as too slow once SlowTimeout passes.
+// TestRepliesWaitingUnread: past limits.max_unread_replies replies waiting, a reader waits
+// (AwaitReplyRoom) until the writer takes replies, or closes the session as too slow once
+// SlowTimeout passes; ReplyRoom, which refuses rather than waits, says no meanwhile.
 func TestRepliesWaitingUnread(t *testing.T) {
 	newSession := func(t *testing.T, slow time.Duration) *Session {
 		t.Helper()
-		cfg := Config{SlowTimeout: slow, CloseGrace: time.Millisecond, Lanes: delivery.Config{MaxControlFrames: 8}}
+		cfg := Config{SlowTimeout: slow, CloseGrace: time.Millisecond, Lanes: delivery.Config{MaxControlFrames: 8}, Codec: wire.Codec{}}
 		s, err := New(cfg, Deps{}, newGated(), auth.Identity{Subject: "u"})
 		if err != nil {
 			t.Fatal(err)
@@ -168,33 +119,24 @@ func TestRepliesWaitingUnread(t *testing.T) {
 	}
 	// A lane of 8 less room for one request's replies (4).
 	const unread = 4
-	ping := func(id string) *wire.Ping { return &wire.Ping{ID: id} }
+	reply := []byte(`{"type":"pong","id":"1"}`)
 
-	t.Run("welcome advertises the limit", func(t *testing.T) {
+	t.Run("limits announce it", func(t *testing.T) {
 		s := newSession(t, time.Hour)
-		if got := s.Welcome("").Limits.MaxUnreadReplies; got != unread {
-			t.Errorf("max_unread_replies = %d, want %d", got, unread)
-		}
-	})
-	t.Run("a command past the limit is rate limited", func(t *testing.T) {
-		s := newSession(t, time.Hour)
-		for i := range unread + 1 {
-			if we := s.TryHandle(ping(fmt.Sprint(i))); we != nil {
-				t.Fatalf("command %d with %d replies unread: %v, want it taken", i, i, we)
-			}
-		}
-		we := s.TryHandle(ping("over"))
-		if we == nil || we.Code != wire.CodeRateLimited || we.ID != "over" || we.StatusCode() != 429 {
-			t.Fatalf("command with %d replies unread: %v, want 429 rate_limited with its id", unread+1, we)
-		}
-		if got := s.Stats().ControlAdmitted; got != unread+1 {
-			t.Errorf("%d replies queued, want %d: a refused command has no reply on the stream", got, unread+1)
+		if got := s.Limits().MaxUnreadReplies; got != unread {
+			t.Errorf("MaxUnreadReplies = %d, want %d", got, unread)
 		}
 	})
 	t.Run("a reader waits until the writer takes replies", func(t *testing.T) {
 		s := newSession(t, time.Hour)
-		for i := range unread + 1 {
-			s.Handle(ping(fmt.Sprint(i)))
+		for range unread + 1 {
+			if !s.ReplyRoom() {
+				t.Fatal("ReplyRoom = false with room left")
+			}
+			s.Send(reply)
+		}
+		if s.ReplyRoom() {
+			t.Fatalf("ReplyRoom = true with %d replies unread", unread+1)
 		}
 		got := make(chan bool)
 		go func() { got <- s.AwaitReplyRoom(context.Background()) }()
@@ -213,13 +155,13 @@ func TestRepliesWaitingUnread(t *testing.T) {
 	})
 	t.Run("replies unread past the slow timeout close the session", func(t *testing.T) {
 		s := newSession(t, 10*time.Millisecond)
-		for i := range unread + 1 {
-			s.Handle(ping(fmt.Sprint(i)))
+		for range unread + 1 {
+			s.Send(reply)
 		}
 		if s.AwaitReplyRoom(context.Background()) {
 			t.Fatal("AwaitReplyRoom = true with the replies never taken")
 		}
-		if got := s.CloseCode(); got != wire.CloseTooSlow {
+		if got := s.CloseReason(); got != CloseTooSlow {
 			t.Errorf("close code %s, want too_slow", got)
 		}
 	})
@@ -239,7 +181,7 @@ func (st *stuckTransport) Write(time.Time, []delivery.Item) error {
 	return context.Canceled
 }
 
-func (st *stuckTransport) Close(wire.CloseCode, string) { st.once.Do(func() { close(st.closed) }) }
+func (st *stuckTransport) Close(CloseReason, string) { st.once.Do(func() { close(st.closed) }) }
 
 // TestStalledDataLaneClosesTooSlow: a data lane that keeps losing frames for SlowTimeout closes
 // the session with too_slow; one whose stall ended in time does not.
@@ -247,10 +189,10 @@ func TestStalledDataLaneClosesTooSlow(t *testing.T) {
 	tests := []struct {
 		name    string
 		catchUp bool // the writer catches up before SlowTimeout has passed
-		want    wire.CloseCode
+		want    CloseReason
 	}{
-		{"stalled past the timeout", false, wire.CloseTooSlow},
-		{"caught up in time", true, wire.CloseNormal},
+		{"stalled past the timeout", false, CloseTooSlow},
+		{"caught up in time", true, CloseNormal},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,7 +204,7 @@ func TestStalledDataLaneClosesTooSlow(t *testing.T) {
 			if tt.catchUp {
 				tr = g
 			}
-			cfg := Config{SlowTimeout: slow, CloseGrace: time.Millisecond, Lanes: delivery.Config{MaxDataFrames: 1}}
+			cfg := Config{SlowTimeout: slow, CloseGrace: time.Millisecond, Lanes: delivery.Config{MaxDataFrames: 1}, Codec: wire.Codec{}}
 			s, err := New(cfg, Deps{Channels: fakeChannels{}}, tr, auth.Identity{Subject: "u"})
 			if err != nil {
 				t.Fatal(err)
@@ -272,7 +214,9 @@ func TestStalledDataLaneClosesTooSlow(t *testing.T) {
 			go func() { s.Run(ctx); close(done) }()
 			defer func() { cancel(); <-done }()
 
-			s.Handle(&wire.Subscribe{ID: "1", Sub: "x", Channel: "rooms/a"})
+			if err := s.Subscribe(ctx, SubscribeRequest{Ref: "1", Sub: "x", Channel: "rooms/a"}); err != nil {
+				t.Fatal(err)
+			}
 			if tt.catchUp {
 				<-g.started // the writer holds subscribed
 			} else {
@@ -299,17 +243,17 @@ func TestStalledDataLaneClosesTooSlow(t *testing.T) {
 				// Well past the timeout the stall would have had: nothing closed the session.
 				select {
 				case <-s.Closing():
-					t.Fatalf("a session whose stall ended in time closed with %s", s.CloseCode())
+					t.Fatalf("a session whose stall ended in time closed with %s", s.CloseReason())
 				case <-time.After(4 * slow):
 				}
-				s.Close(wire.CloseNormal, "")
+				s.Close(CloseNormal, "")
 			}
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the session never ended")
 			}
-			if got := s.CloseCode(); got != tt.want {
+			if got := s.CloseReason(); got != tt.want {
 				t.Errorf("close code %s, want %s", got, tt.want)
 			}
 		})
@@ -323,11 +267,11 @@ func TestIdleSessionHoldsNoGoroutine(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sessions := make([]*Session, n)
 	for i := range sessions {
-		s, err := New(Config{}, Deps{Channels: fakeChannels{}}, &recordingTransport{}, auth.Identity{Subject: "u"})
+		s, err := New(Config{Codec: wire.Codec{}}, Deps{Channels: fakeChannels{}}, &recordingTransport{}, auth.Identity{Subject: "u"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Send(s.Welcome("1")) // something to write, so each writer has work before it ends
+		s.Send([]byte(`{"type":"pong","id":"1"}`)) // something to write, so each writer has work before it ends
 		s.Start(ctx)
 		sessions[i] = s
 	}
@@ -373,4 +317,34 @@ func sessionGoroutines() int {
 		}
 	}
 	return count
+}
+
+// TestTimersEndWithTheSession: the session's end waits for a timer callback that is running,
+// and once it has ended no callback runs: no timer's goroutine outlives the session.
+func TestTimersEndWithTheSession(t *testing.T) {
+	s, err := New(Config{Codec: wire.Codec{}}, Deps{}, newGated(), auth.Identity{Subject: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	s.afterFunc(0, func() { close(started); <-release })
+	<-started
+	ended := make(chan struct{})
+	go func() { s.Abort(); close(ended) }()
+	select {
+	case <-ended:
+		t.Fatal("the session ended while a timer callback was still running")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	<-ended
+
+	ran := make(chan struct{})
+	fired := s.afterFunc(0, func() { close(ran) })
+	select {
+	case <-ran:
+		t.Fatal("a timer callback ran after the session ended")
+	case <-time.After(20 * time.Millisecond):
+	}
+	fired.Stop()
 }

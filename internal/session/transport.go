@@ -1,12 +1,6 @@
 package session
 
-import (
-	"encoding/json"
-	"net/http"
-
-	"github.com/heraldrt/herald/internal/auth"
-	"github.com/heraldrt/herald/internal/wire"
-)
+import "github.com/heraldrt/herald/internal/auth"
 
 // What the transports share, declared here so that neither imports the other.
 
@@ -29,16 +23,4 @@ type Registry interface {
 	// Stopping is closed when the node begins to shut down and closes its sessions. A
 	// connection with no session yet (before connect) watches it to close alike.
 	Stopping() <-chan struct{}
-}
-
-// WriteHTTPError answers an HTTP request with e as an error frame and its status: a refused
-// upgrade, a refused SSE stream or command, a refused publish.
-func WriteHTTPError(w http.ResponseWriter, e *wire.Error) {
-	b, err := wire.AppendFrame(nil, e)
-	if err != nil {
-		b, _ = json.Marshal(map[string]string{"type": "error", "code": string(wire.CodeInternal)})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.StatusCode())
-	_, _ = w.Write(b)
 }

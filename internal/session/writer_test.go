@@ -30,7 +30,7 @@ func (e *exclusiveTransport) Write(_ time.Time, items []delivery.Item) error {
 	return nil
 }
 
-func (e *exclusiveTransport) Close(wire.CloseCode, string) { e.closed.Add(1) }
+func (e *exclusiveTransport) Close(CloseReason, string) { e.closed.Add(1) }
 
 // TestWriterOnDemandLosesNoWakeUp: frames pushed from many goroutines while the writer keeps
 // ending and being started again are all written, by one writer at a time, and the session
@@ -42,7 +42,7 @@ func TestWriterOnDemandLosesNoWakeUp(t *testing.T) {
 	)
 	for round := range 20 {
 		tr := &exclusiveTransport{t: t}
-		s, err := New(Config{Lanes: delivery.Config{MaxControlFrames: pushers * each, MaxControlBytes: 1 << 20}},
+		s, err := New(Config{Codec: wire.Codec{}, Lanes: delivery.Config{MaxControlFrames: pushers * each, MaxControlBytes: 1 << 20}},
 			Deps{}, tr, auth.Identity{Subject: "u"})
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +54,7 @@ func TestWriterOnDemandLosesNoWakeUp(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range each {
-					s.Send(&wire.Pong{ID: fmt.Sprint(p, "-", i)})
+					s.Send(fmt.Appendf(nil, `{"type":"pong","id":"%d-%d"}`, p, i))
 					if i%50 == 0 {
 						time.Sleep(time.Microsecond) // let the writer drain and end now and then
 					}
@@ -71,7 +71,7 @@ func TestWriterOnDemandLosesNoWakeUp(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		s.Close(wire.CloseNormal, "")
+		s.Close(CloseNormal, "")
 		s.Wait()
 		if tr.closed.Load() == 0 {
 			t.Fatalf("round %d: the transport was not closed", round)
@@ -83,14 +83,15 @@ func TestWriterOnDemandLosesNoWakeUp(t *testing.T) {
 // (Done, Wait) until that write has ended, and the close then writes what explains it.
 func TestCloseWaitsForTheWriter(t *testing.T) {
 	g := newGated()
-	s, err := New(Config{CloseGrace: time.Hour}, Deps{}, g, auth.Identity{Subject: "u"})
+	s, err := New(Config{CloseGrace: time.Hour, Codec: wire.Codec{}}, Deps{}, g, auth.Identity{Subject: "u"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Send(s.Welcome("1"))
+	s.Send([]byte(`{"type":"pong","id":"1"}`))
 	s.Start(context.Background())
 	<-g.started // the writer is in its write
-	s.Fail(wire.Errorf(wire.CodeInternal, "ending"), wire.CloseInternal)
+	s.Send([]byte(`{"type":"error","code":"internal","message":"ending"}`))
+	s.Close(CloseInternal, "ending")
 	waited := make(chan struct{})
 	go func() { s.Wait(); close(waited) }()
 	select {
@@ -106,13 +107,13 @@ func TestCloseWaitsForTheWriter(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Wait never returned")
 	}
-	if got := s.CloseCode(); got != wire.CloseInternal {
-		t.Errorf("close code %s, want %s", got, wire.CloseInternal)
+	if got := s.CloseReason(); got != CloseInternal {
+		t.Errorf("close reason %s, want %s", got, CloseInternal)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if n := len(g.frames); n != 2 {
-		t.Fatalf("wrote %d frames, want welcome and the error: %q", n, g.frames)
+		t.Fatalf("wrote %d frames, want the pong and the error: %q", n, g.frames)
 	}
 }
 
@@ -122,23 +123,24 @@ func TestCloseOfAnIdleSessionStartsAWriter(t *testing.T) {
 	for _, how := range []string{"close", "context"} {
 		t.Run(how, func(t *testing.T) {
 			tr := &recordingTransport{}
-			s, err := New(Config{}, Deps{}, tr, auth.Identity{Subject: "u"})
+			s, err := New(Config{Codec: wire.Codec{}}, Deps{}, tr, auth.Identity{Subject: "u"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			s.Send(s.Welcome("1"))
+			s.Send([]byte(`{"type":"pong","id":"1"}`))
 			s.Start(ctx)
 			for deadline := time.Now().Add(5 * time.Second); sessionGoroutines() != 0; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the writer never ended")
 				}
 			}
-			want := wire.CloseShuttingDown
+			want := CloseShuttingDown
 			if how == "close" {
-				s.Fail(wire.Errorf(wire.CodeInternal, "ending"), wire.CloseInternal)
-				want = wire.CloseInternal
+				s.Send([]byte(`{"type":"error","code":"internal","message":"ending"}`))
+				s.Close(CloseInternal, "ending")
+				want = CloseInternal
 			} else {
 				cancel()
 			}
@@ -148,12 +150,12 @@ func TestCloseOfAnIdleSessionStartsAWriter(t *testing.T) {
 				t.Fatal("the idle session never finished")
 			}
 			s.Wait()
-			if got := s.CloseCode(); got != want {
-				t.Errorf("close code %s, want %s", got, want)
+			if got := s.CloseReason(); got != want {
+				t.Errorf("close reason %s, want %s", got, want)
 			}
 			if how == "close" {
 				if f := tr.written(); len(f) != 2 || f[1]["type"] != "error" {
-					t.Errorf("frames %v, want welcome and the error", f)
+					t.Errorf("frames %v, want the pong and the error", f)
 				}
 			}
 		})

@@ -1,6 +1,11 @@
 package wire
 
-import "github.com/heraldrt/herald/internal/stream"
+import (
+	"time"
+
+	"github.com/heraldrt/herald/internal/fault"
+	"github.com/heraldrt/herald/internal/stream"
+)
 
 // Codec is protocol v1 as a connection's codec: it turns the stream's items into herald.v1
 // data frames. A data frame is the subscription's head, then the item's body, which is encoded
@@ -40,6 +45,29 @@ func (Codec) Body(it *stream.Item) []byte {
 
 // Gap appends the resync frame that tells subscription sub about g.
 func (Codec) Gap(dst []byte, sub string, g *stream.Gap) []byte { return AppendGap(dst, sub, g) }
+
+// Subscribed appends the subscribed frame that answers request ref: subscription sub is live
+// after pos, and a table's rows are identified by key.
+func (Codec) Subscribed(dst []byte, ref, sub string, pos stream.Position, key []string) []byte {
+	return appendFrame(dst, &Subscribed{ID: ref, Sub: sub, Pos: pos, Key: key})
+}
+
+// Expiring appends the expiring frame: the token expires at at, in in by the server's clock.
+func (Codec) Expiring(dst []byte, at time.Time, in time.Duration) []byte {
+	return appendFrame(dst, &Expiring{ExpiresAt: at, ExpiresIn: in})
+}
+
+// Fault appends the error frame for e, answering request ref ("" for an unprompted one).
+func (Codec) Fault(dst []byte, ref string, e *fault.Error) []byte {
+	return appendFrame(dst, &Error{ID: ref, Code: e.Code, Field: e.Field, Message: e.Message})
+}
+
+// appendFrame appends f. The frames above carry no raw JSON, which is all AppendFrame can
+// refuse; were one refused, dst comes back as it was, and the caller sends nothing.
+func appendFrame(dst []byte, f Frame) []byte {
+	b, _ := AppendFrame(dst, f)
+	return b
+}
 
 // changeOf is the frame of a change view, without its sub.
 func changeOf(v *stream.Change) Change {

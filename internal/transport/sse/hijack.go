@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/delivery"
-	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -90,7 +90,7 @@ type rawTransport struct {
 	done chan struct{} // closed once Close has begun
 }
 
-var _ session.Transport = (*rawTransport)(nil)
+var _ heraldv1.Carrier = (*rawTransport)(nil)
 
 // setWriteDeadline makes the socket's write deadline dl, or up to deadlineSlack later. The
 // caller holds mu.
@@ -170,19 +170,26 @@ func (t *rawTransport) comment() error {
 	return nil
 }
 
+// closeWait is how long Close lets a write in progress finish before it fails it.
+const closeWait = 2 * time.Second
+
 // Close ends the stream as the ResponseWriter's transport does (an ending error event after a
 // retry field), then the chunked body's last chunk, and closes the connection. A write stuck
-// on a client that stopped reading is failed instead: the connection is closed under it.
+// on a client that stopped reading is failed first (closeWait), and then nothing more is
+// written.
 func (t *rawTransport) Close(code wire.CloseCode, reason string) {
 	t.once.Do(func() {
 		close(t.done)
 		if !t.mu.TryLock() {
-			_ = t.nc.Close() // fails the blocked write
-			return
+			// A write in progress: a keepalive, most likely, which ends at once. One stuck on a
+			// client that stopped reading is failed by this deadline (or its own, if it set a
+			// later one as this was set), and then nothing more is written.
+			_ = t.nc.SetWriteDeadline(time.Now().Add(closeWait))
+			t.mu.Lock()
 		}
 		defer t.mu.Unlock()
 		ending, retry := endingOf(code, reason)
-		dl := time.Now().Add(2 * time.Second)
+		dl := time.Now().Add(closeWait)
 		if ending != nil {
 			_ = t.writeLocked(dl, func(b []byte) []byte {
 				b = fmt.Appendf(b, "retry: %d\n\n", retry.Milliseconds())

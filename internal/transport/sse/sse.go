@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
@@ -62,7 +63,7 @@ type Handler struct {
 	keepalives *heartbeat.Wheel // every stream's keepalive
 
 	mu      sync.Mutex
-	streams map[string]*session.Session // guarded by mu: live streams by session id
+	streams map[string]*heraldv1.Conn // guarded by mu: live streams by session id
 }
 
 // New returns the SSE handler. base is the server's context: sessions run under it.
@@ -71,6 +72,9 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 		cfg.PingInterval = 50 * time.Second
 	}
 	cfg.Session.PingInterval = cfg.PingInterval
+	if cfg.Session.Codec == nil {
+		cfg.Session.Codec = wire.Codec{}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -78,7 +82,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 		cfg.Session.Logger = cfg.Logger
 	}
 	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger,
-		keepalives: heartbeat.New(cfg.PingInterval), streams: map[string]*session.Session{}}
+		keepalives: heartbeat.New(cfg.PingInterval), streams: map[string]*heraldv1.Conn{}}
 }
 
 func bearer(r *http.Request) string {
@@ -88,13 +92,13 @@ func bearer(r *http.Request) string {
 	return r.URL.Query().Get("access_token")
 }
 
-func authError(err error) *wire.Error { return session.AuthError("", err) }
+func authError(err error) *wire.Error { return heraldv1.AuthError("", err) }
 
 // Stream serves GET /v1/sse.
 func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the response cannot stream"})
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeInternal, Message: "the response cannot stream"})
 		return
 	}
 	lastID := r.Header.Get("Last-Event-ID")
@@ -107,12 +111,12 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		session.WriteHTTPError(w, we)
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	ident, err := h.auth.Authenticate(bearer(r))
 	if err != nil {
-		session.WriteHTTPError(w, authError(err))
+		heraldv1.WriteHTTPError(w, authError(err))
 		return
 	}
 	release, ok := h.registry.Admit()
@@ -129,17 +133,18 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	if sub != nil {
 		t.urlSub = sub.Sub
 	}
-	lt := &lateTransport{Transport: t}
-	s, err := session.New(h.cfg.Session, h.deps, lt, ident)
+	lt := &lateTransport{Carrier: t}
+	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(lt), ident)
 	if err != nil {
 		startStream(w, flusher)
 		_, _ = fmt.Fprintf(w, "retry: 2000\n\ndata: {\"type\":\"error\",\"code\":\"internal\",\"status\":500,\"message\":\"the server could not open a session\"}\n\n")
 		flusher.Flush()
 		return
 	}
-	s.Send(s.Welcome(""))
+	c := heraldv1.New(s)
+	c.Send(c.Welcome(""))
 	if sub != nil {
-		if we := s.Subscribe(sub); we != nil {
+		if we := c.Subscribe(r.Context(), sub); we != nil {
 			s.Abort()
 			if we.StatusCode() >= 500 {
 				// A refusal that may pass: a 200 stream that ends at once, so EventSource
@@ -150,7 +155,7 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 				flusher.Flush()
 				return
 			}
-			session.WriteHTTPError(w, we)
+			heraldv1.WriteHTTPError(w, we)
 			return
 		}
 	}
@@ -158,13 +163,13 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	// written, and this goroutine returns: with it go the request and net/http's buffers and
 	// state for the connection, which an idle stream would otherwise hold for its whole life.
 	if ht := h.hijack(w, r, t.urlSub); ht != nil {
-		lt.Transport = ht // before the writer starts: nothing has been written yet
+		lt.Carrier = ht // before the writer starts: nothing has been written yet
 		untrack := h.registry.Track(s)
-		h.add(s)
+		h.add(c)
 		slot := release
 		release = func() {} // serveHijacked gives the slot back, last
 		go h.serveHijacked(s, ht, func() {
-			h.remove(s)
+			h.remove(c)
 			untrack()
 			slot()
 		})
@@ -173,8 +178,8 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 
 	untrack := h.registry.Track(s)
 	defer untrack()
-	h.add(s)
-	defer h.remove(s)
+	h.add(c)
+	defer h.remove(c)
 
 	startStream(w, flusher)
 
@@ -188,18 +193,18 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 
 // lateTransport is the session's transport: the response, until the stream takes the
 // connection over, before the session starts.
-type lateTransport struct{ session.Transport }
+type lateTransport struct{ heraldv1.Carrier }
 
 // add and remove enter a live stream's session in the table commands are addressed by.
-func (h *Handler) add(s *session.Session) {
+func (h *Handler) add(c *heraldv1.Conn) {
 	h.mu.Lock()
-	h.streams[s.ID()] = s
+	h.streams[c.Session().ID()] = c
 	h.mu.Unlock()
 }
 
-func (h *Handler) remove(s *session.Session) {
+func (h *Handler) remove(c *heraldv1.Conn) {
 	h.mu.Lock()
-	delete(h.streams, s.ID())
+	delete(h.streams, c.Session().ID())
 	h.mu.Unlock()
 }
 
@@ -253,7 +258,7 @@ func (k *keepalive) beat() {
 		}
 		k.failed.Store(true)
 		if errors.Is(err, errBlocked) {
-			k.s.Close(wire.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.slow))
+			k.s.Close(session.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.slow))
 		} else {
 			k.s.Lost("connection lost")
 		}
@@ -287,16 +292,16 @@ func startStream(w http.ResponseWriter, flusher http.Flusher) {
 // Command serves POST /v1/sse/{session}: one client frame for a live stream's session.
 func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
-	s := h.streams[r.PathValue("session")]
+	c := h.streams[r.PathValue("session")]
 	h.mu.Unlock()
-	if s == nil {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
+	if c == nil {
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(maxFrame(h.cfg.Session.MaxFrameBytes)))
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
 		return
 	}
 	f, err := wire.Decode(body, h.cfg.Session.MaxFrameBytes)
@@ -305,7 +310,7 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			we = &wire.Error{Code: wire.CodeBadFrame, Message: err.Error()}
 		}
-		session.WriteHTTPError(w, we)
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	// The session belongs to the identity that opened the stream: a command must prove the
@@ -313,17 +318,17 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 	if _, isRefresh := f.(*wire.Refresh); !isRefresh {
 		ident, err := h.auth.Authenticate(bearer(r))
 		if err != nil {
-			session.WriteHTTPError(w, authError(err))
+			heraldv1.WriteHTTPError(w, authError(err))
 			return
 		}
-		owner := s.Identity()
+		owner := c.Session().Identity()
 		if ident.Subject != owner.Subject || ident.Anonymous != owner.Anonymous {
-			session.WriteHTTPError(w, &wire.Error{Code: wire.CodeForbidden, Message: "this session belongs to another identity"})
+			heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeForbidden, Message: "this session belongs to another identity"})
 			return
 		}
 	}
-	if we := s.TryHandle(f); we != nil {
-		session.WriteHTTPError(w, we)
+	if we := c.TryHandle(r.Context(), f); we != nil {
+		heraldv1.WriteHTTPError(w, we)
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
@@ -352,7 +357,7 @@ type transport struct {
 	done         chan struct{}
 }
 
-var _ session.Transport = (*transport)(nil)
+var _ heraldv1.Carrier = (*transport)(nil)
 
 func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	t.mu.Lock()

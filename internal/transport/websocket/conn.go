@@ -17,7 +17,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/heraldrt/herald/internal/delivery"
-	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -111,7 +111,7 @@ type conn struct {
 	done      chan struct{} // closed when nc has been closed
 }
 
-var _ session.Transport = (*conn)(nil)
+var _ heraldv1.Carrier = (*conn)(nil)
 
 // newConn takes over nc, a hijacked connection whose upgrade has been answered. br is the
 // reader the upgrade read the request with: a client may have sent its first frames before the

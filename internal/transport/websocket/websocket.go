@@ -31,6 +31,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gobwas/ws"
+	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
@@ -81,6 +82,9 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 	if cfg.Session.MaxFrameBytes <= 0 {
 		cfg.Session.MaxFrameBytes = wire.DefaultMaxFrameBytes
 	}
+	if cfg.Session.Codec == nil {
+		cfg.Session.Codec = wire.Codec{}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -112,7 +116,7 @@ func upgradeToken(r *http.Request) string {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !offersV1(r) {
-		session.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnsupportedVersion,
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeUnsupportedVersion,
 			Message: "offer the WebSocket subprotocol herald.v1 (Sec-WebSocket-Protocol: herald.v1); this server speaks herald.v1"})
 		return
 	}
@@ -148,17 +152,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
 	defer release()
 	defer t.Close(wire.CloseNormal, "")
-	s, untrack, ok := h.open(t, upgradeToken)
+	c, untrack, ok := h.open(t, upgradeToken)
 	if !ok {
 		return
 	}
 	defer untrack()
+	s := c.Session()
 
 	p := h.startPinger(s, t)
 	// The session's writer runs only while there is something to write: between writes this
 	// goroutine, the reader, is the connection's only one.
 	s.Start(h.base)
-	h.read(s, t)
+	h.read(c, t)
 	s.Lost("connection closed")
 	s.Wait()
 	// After the writer: it has closed the connection, so a ping in flight fails at once, and
@@ -169,7 +174,7 @@ func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
 // open runs the connect handshake and returns the tracked session, with welcome queued, or
 // false once it has closed the connection with the reason. What the handshake needed is let
 // go when it returns, rather than held for the connection's life.
-func (h *Handler) open(t *conn, upgradeToken string) (_ *session.Session, untrack func(), ok bool) {
+func (h *Handler) open(t *conn, upgradeToken string) (_ *heraldv1.Conn, untrack func(), ok bool) {
 	// Until its session is tracked the server's shutdown cannot reach this connection, and
 	// would end it by cutting the handshake's read, with no close frame: watch for it here.
 	unwatch := h.closeOnStopping(t)
@@ -185,11 +190,11 @@ func (h *Handler) open(t *conn, upgradeToken string) (_ *session.Session, untrac
 	}
 	ident, err := h.auth.Authenticate(token)
 	if err != nil {
-		we := session.AuthError(connect.ID, err)
-		t.closeWith(we, session.AuthCloseCode(we))
+		we := heraldv1.AuthError(connect.ID, err)
+		t.closeWith(we, heraldv1.AuthCloseCode(we))
 		return nil, nil, false
 	}
-	s, err := session.New(h.cfg.Session, h.deps, t, ident)
+	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(t), ident)
 	if err != nil {
 		h.log.Error("new session", "error", err)
 		t.closeWith(&wire.Error{ID: connect.ID, Code: wire.CodeInternal, Message: "the server could not open a session"}, wire.CloseInternal)
@@ -197,8 +202,9 @@ func (h *Handler) open(t *conn, upgradeToken string) (_ *session.Session, untrac
 	}
 	untrack = h.registry.Track(s)
 	unwatch() // the server's shutdown closes the session from here on
-	s.Send(s.Welcome(connect.ID))
-	return s, untrack, true
+	c := heraldv1.New(s)
+	c.Send(c.Welcome(connect.ID))
+	return c, untrack, true
 }
 
 // closeOnStopping closes t with 1012 if the node begins to stop before the returned function
@@ -267,7 +273,8 @@ func (h *Handler) readConnect(t *conn) (*wire.Connect, bool) {
 // Before it hands over a frame it waits for room for the replies, so a client that pipelines
 // requests faster than it reads the replies is read more slowly: TCP holds back its writes,
 // rather than the control lane overflowing and the session closing.
-func (h *Handler) read(s *session.Session, t *conn) {
+func (h *Handler) read(c *heraldv1.Conn, t *conn) {
+	s := c.Session()
 	for {
 		op, b, err := t.readMessage(h.cfg.Session.MaxFrameBytes)
 		if err == nil {
@@ -275,14 +282,14 @@ func (h *Handler) read(s *session.Session, t *conn) {
 		}
 		if err != nil {
 			if e, code, ok := h.readError(err); ok {
-				s.Fail(e, code)
+				c.Fail(e, code)
 			}
 			return
 		}
 		if !s.AwaitReplyRoom(h.base) {
 			return
 		}
-		s.HandleFrame(b)
+		c.HandleFrame(h.base, b)
 	}
 }
 
@@ -337,7 +344,7 @@ const maxMissedPongs = 2
 // to reconnect, since a dead connection says nothing against the client.
 func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
 	p := newPinger(h.base, maxMissedPongs, c.ping, c.answered, func() {
-		s.Close(wire.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
+		s.Close(session.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
 	})
 	p.member = h.pings.Add(p.beat)
 	return p
