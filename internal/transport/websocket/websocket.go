@@ -10,11 +10,13 @@
 //
 // ServeHTTP returns once the connection is upgraded, letting go of net/http's goroutine and its
 // buffers; the connection's own goroutine reads it from then on. A live connection holds that
-// goroutine and the session's writer and nothing else while it is idle, and no buffer: frames
-// are read straight from the socket, and written through a pooled buffer only while a write is
-// in progress. The pinger is a member of the handler's heartbeat wheel, which pings the
-// connections due in the same tick together, and each ping's wait for its pong is a goroutine
-// that lives for that round trip. Every goroutine a connection starts ends before the
+// goroutine and nothing else while it is idle (the session's writer runs only while there is
+// something to write), and a 256-byte read buffer: a control frame or a small request is one
+// read(2), a larger message is read straight into its own slice, and frames are written through
+// a pooled buffer only while a write is in progress. The pinger is a member of the handler's
+// heartbeat wheel, which pings the connections due in the same tick together; a ping is written
+// by a goroutine that lives for that write, and nothing waits for its pong: the reader records
+// it, and the next beat judges it. Every goroutine a connection starts ends before the
 // connection gives back its slot (the release Registry.Admit returned), which it does last.
 package websocket
 
@@ -152,7 +154,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
 	defer release()
 	defer t.Close(wire.CloseNormal, "")
-	c, untrack, ok := h.open(t, upgradeToken)
+	var (
+		c       *heraldv1.Conn
+		untrack func()
+		ok      bool
+	)
+	aside(func() { c, untrack, ok = h.open(t, upgradeToken) })
 	if !ok {
 		return
 	}
@@ -166,8 +173,7 @@ func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
 	h.read(c, t)
 	s.Lost("connection closed")
 	s.Wait()
-	// After the writer: it has closed the connection, so a ping in flight fails at once, and
-	// stopping sooner would cut the pong wait of a connection still writing its close.
+	// After the writer: it has closed the connection, so a ping being written fails at once.
 	p.stop()
 }
 
@@ -289,8 +295,23 @@ func (h *Handler) read(c *heraldv1.Conn, t *conn) {
 		if !s.AwaitReplyRoom(h.base) {
 			return
 		}
-		c.HandleFrame(h.base, b)
+		aside(func() { c.HandleFrame(h.base, b) })
 	}
+}
+
+// aside runs f on a goroutine of its own and waits for it to return. The reader runs the
+// handshake (token verification) and the handling of each frame (a subscribe calls into the
+// hub or the router) this way, so that the stack they grow is let go when they return: the
+// reader itself, parked in a read for most of the connection's life, keeps the small stack the
+// read needs, instead of the largest any frame needed until the collector shrinks it a half at
+// a time. A client's frames are few; a goroutine each costs about a microsecond.
+func aside(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 // errBinary and errNotUTF8: a message that is not a frame, and cannot be answered as one.
