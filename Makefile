@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 3s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: run test build test-go fuzz-short bench bench-changefeed demo-tail clean
+.PHONY: run test build test-go fuzz-short bench bench-changefeed bench-delivery demo-tail clean
 
 ## run: herald dev: a node with a throwaway Postgres and a demo table that changes every few seconds
 run: build
@@ -13,7 +13,7 @@ run: build
 demo-tail: build
 	scripts/demo
 
-## test: every test, against a private Postgres and Redis that scripts/testenv starts and stops
+## test: every test, against a private Postgres and Redis (and under CI=true a Redis Cluster) that scripts/testenv starts and stops
 test:
 	scripts/testenv run -- $(MAKE) --no-print-directory test-go
 
@@ -36,6 +36,11 @@ bench:
 ## bench-changefeed: pg_recvlogical and Herald draining the same load, side by side
 bench-changefeed: build
 	scripts/testenv run -- scripts/bench-changefeed
+
+## bench-delivery: the build before the delivery path v2 against this tree, alternating: CPU per
+## delivery, latency, idle memory, changefeed ratio (docs/BENCHMARKS.md; BENCH_WRITE=1 writes it there)
+bench-delivery:
+	scripts/testenv run -- scripts/bench-delivery
 
 clean:
 	rm -rf bin

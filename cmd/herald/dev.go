@@ -9,19 +9,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/heraldrt/herald/internal/config"
 	"github.com/heraldrt/herald/internal/devpg"
 	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
 )
 
 const devUsage = `usage: herald dev [--listen 127.0.0.1:8080] [--no-postgres]
 
 Runs a Herald node for development: a throwaway private PostgreSQL from the local server
 binaries, with a demo table (public.items) that changes every few seconds, and the server
-against it, with anonymous connections and client publishing allowed. Ctrl-C stops it all and
+against it, with anonymous connections and client publishing allowed, and policy rules that
+open the demo table and every channel to everyone (printed at start). Ctrl-C stops it all and
 removes the database. Without PostgreSQL binaries it still serves channels, and says what is
 missing.
 
@@ -52,6 +55,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	_, _ = rand.Read(key[:])
 	apiKey := "dev-" + hex.EncodeToString(key[:])
 	cfg.API.Keys = []string{apiKey}
+	devPolicy(cfg)
 	log := newLogger(cfg, stderr)
 
 	var db *devpg.Server
@@ -91,7 +95,38 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	return serve(runCtx, cfg, stderr, func(addr string) {
 		printDevBanner(stdout, addr, apiKey, db)
+		printDevPolicy(stdout, cfg)
 	})
+}
+
+// devPolicy opens the demo table and every channel to everyone: a development node has no
+// users to keep apart. The rules are written out, as a production config must write its own,
+// and printed, so nobody takes them for the defaults (which close everything).
+func devPolicy(cfg *config.Config) {
+	cfg.PolicySection.Tables = map[string]config.TablePolicy{"public.items": {Row: "true"}}
+	cfg.PolicySection.Channels = map[string]config.ChannelPolicy{
+		"**": {Subscribe: "true", Publish: "true", Presence: "true"},
+	}
+}
+
+// printDevPolicy prints the development node's policy as a config file would hold it.
+func printDevPolicy(w io.Writer, cfg *config.Config) {
+	b, err := yaml.Marshal(map[string]any{"policy": cfg.PolicySection})
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(w, "\nPolicy: open to everyone, for development only. A server without rules is closed;\n"+
+		"this is what herald dev runs with, as a config file (docs/POLICY.md) would say it:\n\n%s", indent(string(b), "  "))
+}
+
+func indent(s, prefix string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "")
 }
 
 func printDevBanner(w io.Writer, addr, apiKey string, db *devpg.Server) {

@@ -46,7 +46,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *printConfig {
 		return printRedacted(stdout, cfg)
 	}
+	if msg := policyNotEnforced(cfg); msg != "" {
+		newLogger(cfg, stderr).Warn(msg, "tables", len(cfg.PolicySection.Tables), "channels", len(cfg.PolicySection.Channels))
+	}
 	return serve(ctx, cfg, stderr, nil)
+}
+
+// policyNotEnforced warns, while the policy gate is checked at load but not yet enforced, that
+// configured rules protect nothing: someone who wrote them must not believe otherwise.
+func policyNotEnforced(cfg *config.Config) string {
+	if len(cfg.PolicySection.Tables) == 0 && len(cfg.PolicySection.Channels) == 0 {
+		return ""
+	}
+	return "policy rules are configured and checked, but this version does not enforce them yet: " +
+		"any authenticated client may subscribe to any streamed table and read every column (docs/POLICY.md, Status)"
 }
 
 func printRedacted(w io.Writer, cfg *config.Config) error {

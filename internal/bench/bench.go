@@ -492,11 +492,14 @@ type Report struct {
 	ServerCPUSeconds        float64 `json:"server_cpu_seconds"`         // over RunSeconds
 	ServerCPUPercent        float64 `json:"server_cpu_percent"`         // of one core, over RunSeconds
 	ServerCPUConnectSeconds float64 `json:"server_cpu_connect_seconds"` // opening the connections
-	ServerRSSIdleBytes      int64   `json:"server_rss_idle_bytes"`
-	ServerRSSConnectedBytes int64   `json:"server_rss_connected_bytes"`
-	ServerRSSEndBytes       int64   `json:"server_rss_end_bytes"`
-	RSSPerConnBytes         int64   `json:"rss_per_conn_bytes"`
-	ClientCPUSeconds        float64 `json:"client_cpu_seconds"` // this process, over RunSeconds
+	// ServerCPUPerDeliveryMicros is ServerCPUSeconds over Received, in µs: what the node spent
+	// per delivery, publishing and connection upkeep included. 0 when either is unknown.
+	ServerCPUPerDeliveryMicros float64 `json:"server_cpu_us_per_delivery"`
+	ServerRSSIdleBytes         int64   `json:"server_rss_idle_bytes"`
+	ServerRSSConnectedBytes    int64   `json:"server_rss_connected_bytes"`
+	ServerRSSEndBytes          int64   `json:"server_rss_end_bytes"`
+	RSSPerConnBytes            int64   `json:"rss_per_conn_bytes"`
+	ClientCPUSeconds           float64 `json:"client_cpu_seconds"` // this process, over RunSeconds
 
 	LoadStart string `json:"load_average_start"`
 	LoadEnd   string `json:"load_average_end"`
@@ -556,6 +559,9 @@ func (r *Report) fill(t *tally, sent int64, start time.Time, before, connected, 
 		if r.RunSeconds > 0 {
 			r.ServerCPUPercent = 100 * r.ServerCPUSeconds / r.RunSeconds
 		}
+		if r.Received > 0 {
+			r.ServerCPUPerDeliveryMicros = 1e6 * r.ServerCPUSeconds / float64(r.Received)
+		}
 		r.ServerRSSIdleBytes, r.ServerRSSConnectedBytes, r.ServerRSSEndBytes = before.rss, connected.rss, after.rss
 		if r.Connected > 0 {
 			r.RSSPerConnBytes = (connected.rss - before.rss) / int64(r.Connected)
@@ -607,6 +613,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.ServerPID > 0 {
 		fmt.Fprintf(w, "  server       pid %d: cpu %.2f s over the %.1f s run (%.0f%% of one core), %.2f s to connect\n",
 			r.ServerPID, r.ServerCPUSeconds, r.RunSeconds, r.ServerCPUPercent, r.ServerCPUConnectSeconds)
+		fmt.Fprintf(w, "               cpu %.2f µs per delivery\n", r.ServerCPUPerDeliveryMicros)
 		fmt.Fprintf(w, "               rss %s idle, %s connected, %s at the end: %s per connection\n",
 			mib(r.ServerRSSIdleBytes), mib(r.ServerRSSConnectedBytes), mib(r.ServerRSSEndBytes), kib(r.RSSPerConnBytes))
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -251,5 +252,51 @@ func TestIdle(t *testing.T) {
 	}
 	if _, err := Idle(context.Background(), IdleConfig{URL: url}); err == nil || !strings.Contains(err.Error(), "pid") {
 		t.Errorf("Idle without a pid = %v, want an error naming the pid", err)
+	}
+}
+
+// The node's CPU per delivery is its CPU over the run (not the connecting) divided by what was
+// received; without a sample of the node, or without a delivery, it is not made up.
+func TestFillCPUPerDelivery(t *testing.T) {
+	var tl tally
+	tl.received.Store(400_000)
+	start := time.Now()
+	before := sample{serverCPU: 1 * time.Second, rss: 10 << 20, ok: true}
+	connected := sample{serverCPU: 1500 * time.Millisecond, rss: 14 << 20, ok: true}
+	after := sample{serverCPU: 2700 * time.Millisecond, rss: 15 << 20, ok: true}
+
+	r := &Report{Connected: 1000, RunSeconds: 2}
+	r.fill(&tl, 400, start, before, connected, after)
+	if r.ServerCPUSeconds != 1.2 || r.ServerCPUConnectSeconds != 0.5 {
+		t.Errorf("cpu %g s over the run, %g s connecting; want 1.2 and 0.5", r.ServerCPUSeconds, r.ServerCPUConnectSeconds)
+	}
+	if got, want := r.ServerCPUPerDeliveryMicros, 3.0; got < want-1e-9 || got > want+1e-9 {
+		t.Errorf("cpu per delivery %g µs, want %g (1.2 s / 400,000)", got, want)
+	}
+	var text bytes.Buffer
+	r.ServerPID = 1
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "cpu 3.00 µs per delivery") {
+		t.Errorf("report lacks the CPU per delivery:\n%s", text.String())
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"server_cpu_us_per_delivery":3`) {
+		t.Errorf("JSON lacks server_cpu_us_per_delivery: %s", b)
+	}
+
+	r = &Report{Connected: 1000, RunSeconds: 2}
+	r.fill(&tally{}, 0, start, before, connected, after)
+	if r.ServerCPUPerDeliveryMicros != 0 {
+		t.Errorf("no delivery, yet %g µs per delivery", r.ServerCPUPerDeliveryMicros)
+	}
+	tl2 := tally{}
+	tl2.received.Store(10)
+	r = &Report{Connected: 1000, RunSeconds: 2}
+	r.fill(&tl2, 1, start, sample{}, sample{}, sample{})
+	if r.ServerCPUPerDeliveryMicros != 0 {
+		t.Errorf("no sample of the node, yet %g µs per delivery", r.ServerCPUPerDeliveryMicros)
 	}
 }

@@ -47,7 +47,8 @@
 // except at wire.MaxSafeOffset.
 //
 // With MemoryBroker the streams are per node: two nodes give the same channel different epochs.
-// Offsets that agree across nodes need a shared broker.
+// Offsets that agree across nodes need a shared broker: store/redis.Broker is one (not wired
+// yet), and store/storetest.RunBroker is the contract both pass.
 //
 // # Concurrency model
 //

@@ -7,6 +7,7 @@ import (
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/policy"
 )
 
 // Config is everything `herald serve` is configured with. Each field's yaml tag is its key; the
@@ -39,6 +40,7 @@ type Config struct {
 	Channels          ChannelsSection   `yaml:"channels"`
 	Limits            LimitsSection     `yaml:"limits"`
 	ChangefeedSection ChangefeedSection `yaml:"changefeed"`
+	PolicySection     PolicySection     `yaml:"policy"`
 
 	// sources maps a key to where Load found its value ("herald.yaml:14", "env HERALD_LISTEN"),
 	// so a Validate error can say which of the file and the environment to change. Written by
@@ -180,6 +182,9 @@ func Default() *Config {
 			SilenceTimeout: 30 * time.Second,
 			MaxTxnBytes:    256 * MiB,
 			QueueTxns:      64,
+		},
+		PolicySection: PolicySection{
+			MaxCost: policy.DefaultMaxCost,
 		},
 	}
 }

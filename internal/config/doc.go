@@ -19,6 +19,13 @@
 // Lists in the environment are comma-separated. Sizes are bytes, or a whole number with KiB,
 // MiB, GiB or TiB; durations are Go durations (10s, 1m30s).
 //
+// # Policy rules
+//
+// policy.tables and policy.channels are mappings from a table name or a channel pattern to
+// rules, not keys: fileDecoder.rules reads them from the file, and they have no environment
+// variable. Validate checks every rule's syntax and type-checks the channel rules
+// (policy.Validate); table rules are type-checked when the server knows the tables' columns.
+//
 // # Strictness
 //
 // A typo must not be ignored in silence: an unknown key in the file is an error naming it, its

@@ -28,6 +28,9 @@ func FuzzLoad(f *testing.F) {
 		"limits.max_connections: 3\n",
 		"? [a]\n: b\n",
 		"auth:\n  allow_anonymous: true\n  leeway: -1s\n",
+		"auth: {allow_anonymous: true}\npolicy:\n  tables:\n    public.items: {row: \"row.a ==\"}\n",
+		"auth: {allow_anonymous: true}\npolicy:\n  channels:\n    \"a/*\": {subscribe: \"auth.x.exists(y, y == channel)\"}\n",
+		"policy:\n  tables:\n    x: {columns: [a, ~]}\n",
 	}
 	for _, path := range []string{exampleFile} {
 		if b, err := os.ReadFile(path); err == nil {

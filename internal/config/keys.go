@@ -52,10 +52,10 @@ var keys = sync.OnceValue(func() []Key {
 		for i := range t.NumField() {
 			f := t.Field(i)
 			tag := f.Tag.Get("yaml")
-			if !f.IsExported() || tag == "" {
-				continue
+			if !f.IsExported() || tag == "" || f.Tag.Get("config") == "rules" {
+				continue // the policy's rule mappings are read by fileDecoder.rules
 			}
-			name := prefix + tag
+			name := prefix + strings.TrimSuffix(tag, ",omitempty")
 			idx := append(slices.Clone(index), i)
 			if f.Type.Kind() == reflect.Struct {
 				walk(f.Type, name+".", idx)

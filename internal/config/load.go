@@ -144,6 +144,12 @@ func (d fileDecoder) mapping(n *yaml.Node, prefix string) error {
 				Detail: fmt.Sprintf("is set twice, here and on line %d", line), Fix: "keep one of them"}
 		}
 		seen[kn.Value] = kn.Line
+		if isRules(name) {
+			if err := d.rules(name, vn); err != nil {
+				return err
+			}
+			continue
+		}
 		if isSection(name) {
 			if isNull(vn) {
 				continue

@@ -99,6 +99,23 @@ changefeed:
   silence_timeout: 20s
   max_txn_bytes: 1GiB
   queue_txns: 8
+policy:
+  max_cost: 500
+  tables:
+    public.items:
+      subscribe: auth.role != "guest"
+      row: |
+        row.org_id == auth.org_id
+      columns: [id, org_id, title]
+    public.orders:
+      row: "true"
+      columns: 'auth.role == "admin" ? ["id", "total"] : ["id"]'
+  channels:
+    "users/*/**":
+      subscribe: channel.startsWith("users/" + auth.sub + "/")
+      publish: 'channel.startsWith("users/" + auth.sub + "/")'
+    rooms/*:
+      presence: "true"
 `
 
 func fullConfig() *Config {
@@ -141,6 +158,18 @@ func fullConfig() *Config {
 			SilenceTimeout:     20 * time.Second,
 			MaxTxnBytes:        GiB,
 			QueueTxns:          8,
+		},
+		PolicySection: PolicySection{
+			MaxCost: 500,
+			Tables: map[string]TablePolicy{
+				"public.items": {Subscribe: `auth.role != "guest"`, Row: "row.org_id == auth.org_id\n",
+					Columns: PolicyColumns{List: []string{"id", "org_id", "title"}}},
+				"public.orders": {Row: "true", Columns: PolicyColumns{Rule: `auth.role == "admin" ? ["id", "total"] : ["id"]`}},
+			},
+			Channels: map[string]ChannelPolicy{
+				"users/*/**": {Subscribe: `channel.startsWith("users/" + auth.sub + "/")`, Publish: `channel.startsWith("users/" + auth.sub + "/")`},
+				"rooms/*":    {Presence: "true"},
+			},
 		},
 	}
 }

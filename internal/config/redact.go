@@ -43,6 +43,7 @@ func (c *Config) Redacted() *Config {
 			k.setList(&r, slices.Clone(k.field(&r).Interface().([]string)))
 		}
 	}
+	r.PolicySection = c.PolicySection.clone()
 	return &r
 }
 

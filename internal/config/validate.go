@@ -27,7 +27,7 @@ var (
 // is checked in file order; auth and changefeed settings are checked by those packages'
 // Validate, and their errors carried over with the key and variable to change.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChangefeed} {
+	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChangefeed, c.checkPolicy} {
 		if err := check(); err != nil {
 			return err
 		}

@@ -9,6 +9,9 @@ import (
 	"github.com/heraldrt/herald/internal/wire"
 )
 
+// wire.Codec is herald.v1's encoding of what the session core queues itself.
+var _ session.Codec = wire.Codec{}
+
 // Conn is herald.v1 spoken on one session: it decodes the client's frames, acts on the
 // session, and queues the replies.
 type Conn struct {

@@ -51,8 +51,10 @@ func TestImportRulesCatchViolations(t *testing.T) {
 		module + "/internal/session":             {module + "/internal/router", module + "/internal/wire"},
 		module + "/internal/heraldv1":            {module + "/internal/transport/sse"},
 		module + "/internal/transport/websocket": {module + "/internal/server", "github.com/gobwas/ws"},
+		module + "/internal/policy":              {module + "/internal/router", module + "/internal/wire", "net"},
+		module + "/internal/config":              {"github.com/google/cel-go/cel"},
 	}
-	want := 21
+	want := 25
 	if got := len(violations(bad)); got != want {
 		t.Errorf("violations found %d, want %d: %v", got, want, violations(bad))
 	}
@@ -61,7 +63,7 @@ func TestImportRulesCatchViolations(t *testing.T) {
 // The packages that write no network and hold no connection: pure values and algorithms.
 var pure = map[string]bool{
 	"internal/change": true, "internal/changefeed/pgvalue": true, "internal/wire": true, "internal/delivery": true,
-	"internal/stream": true, "internal/fault": true, "internal/filter": true,
+	"internal/stream": true, "internal/fault": true, "internal/filter": true, "internal/policy": true,
 }
 
 // The producers: they make what subscriptions receive, and must know nothing of the protocol
@@ -88,6 +90,9 @@ var forbidden = []struct {
 	{"internal/wire", "internal/delivery", "the protocol does not know how connections queue"},
 	{"internal/wire", "internal/session", "the protocol does not know sessions"},
 	{"internal/filter", "internal/changefeed", "the filter language does not reach into the changefeed"},
+	{"internal/policy", "internal/router", "the policy decides; the router asks it, never the other way"},
+	{"internal/policy", "internal/wire", "the policy knows no protocol"},
+	{"internal/policy", "internal/session", "the policy knows no sessions"},
 	{"internal/session", "internal/wire", "the session core is protocol-neutral: herald.v1 is internal/heraldv1's, over the core"},
 	{"internal/session", "internal/heraldv1", "a protocol is built over the session core, not under it"},
 	{"internal/heraldv1", "internal/transport", "a protocol does not know what carries it"},
@@ -123,6 +128,8 @@ func violations(all map[string][]string) []string {
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/auth verifies tokens", rel, d))
 			case strings.HasPrefix(d, "github.com/redis/") && rel != "internal/store/redis":
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/store/redis talks to Redis", rel, d))
+			case strings.HasPrefix(d, "github.com/google/cel-go") && rel != "internal/policy":
+				out = append(out, fmt.Sprintf("%s imports %s: only internal/policy compiles and runs rules", rel, d))
 			case strings.HasPrefix(d, "github.com/gobwas/") && rel != "internal/transport/websocket":
 				out = append(out, fmt.Sprintf("%s imports %s: only internal/transport/websocket frames the server's WebSocket", rel, d))
 			case own && producers[rel] && (protocols[drel] || drel == "internal/session" || strings.HasPrefix(drel, "internal/transport")):

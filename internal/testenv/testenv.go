@@ -1,4 +1,4 @@
-// Package testenv hands integration tests the private PostgreSQL and Redis that
+// Package testenv hands integration tests the private PostgreSQL, Redis and Redis Cluster that
 // scripts/testenv starts. A test asks for a service; when the service is not there, the test
 // skips locally with a message naming the script, and fails under CI=true, where a missing
 // service is a broken build rather than a reason to test less.
@@ -20,8 +20,9 @@ import (
 
 // The variables scripts/testenv exports.
 const (
-	DatabaseURLEnv = "HERALD_TEST_DATABASE_URL"
-	RedisURLEnv    = "HERALD_TEST_REDIS_URL"
+	DatabaseURLEnv     = "HERALD_TEST_DATABASE_URL"
+	RedisURLEnv        = "HERALD_TEST_REDIS_URL"
+	RedisClusterURLEnv = "HERALD_TEST_REDIS_CLUSTER_URL"
 )
 
 func missing(t testing.TB, env, what string) {
@@ -49,6 +50,18 @@ func RedisURL(t testing.TB) string {
 	u := os.Getenv(RedisURLEnv)
 	if u == "" {
 		missing(t, RedisURLEnv, "Redis")
+	}
+	return u
+}
+
+// RedisClusterURL returns the URL of the private 3-master Redis Cluster that `scripts/testenv`
+// starts when HERALD_TESTENV_REDIS_CLUSTER=1 (and always under CI=true): the first master, with
+// the others as addr parameters.
+func RedisClusterURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(RedisClusterURLEnv)
+	if u == "" {
+		missing(t, RedisClusterURLEnv, "Redis Cluster (HERALD_TESTENV_REDIS_CLUSTER=1)")
 	}
 	return u
 }

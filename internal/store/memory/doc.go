@@ -1,0 +1,7 @@
+// Package memory holds the single-node implementations of Herald's stores: the state lives in
+// this process and dies with it. Each type is safe for concurrent use, starts no goroutine and
+// needs no closing; expired entries are collected by the operations that meet them.
+//
+// Interest implements interest.Store. It is not wired into the server yet: one node's
+// subscriptions live in the router's and the channel hub's own indexes.
+package memory

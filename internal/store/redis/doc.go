@@ -1,0 +1,50 @@
+// Package redis holds the multi-node implementations of Herald's stores on Redis or a Redis
+// Cluster, and is the only package that imports the Redis client: Interest (interest.Store),
+// Broker (channel.Broker) and Transport (payloads from node to node, one stream per node). Not
+// wired into the server yet: `herald serve` uses the memory implementations.
+//
+// # Keys
+//
+// Every key starts with Config.Prefix and carries its owner's hash tag, so every script runs on
+// one Cluster slot:
+//
+//	<prefix>:w:{o:<owner>}            SET    watched tokens                     (Interest)
+//	<prefix>:t:{o:<owner>}:<token>    HASH   <socket>\0<sub> -> row             (Interest)
+//	<prefix>:s:{o:<owner>}:<socket>   HASH   <sub> -> <token>\0<identity>       (Interest)
+//	<prefix>:n:{o:<owner>}            HASH   identity -> rows held              (Interest)
+//	<prefix>:l:{o:<owner>}            ZSET   socket -> deadline, ms             (Interest)
+//	<prefix>:g:{o:<owner>}            STRING generation                         (Interest)
+//	<prefix>:c:{c:<channel>}          HASH   e -> epoch, o -> last offset       (Broker)
+//	<prefix>:h:{c:<channel>}          SET    nodes holding the channel          (Broker)
+//	<prefix>:x:{n:<node>}             STREAM what other nodes send the node      (Transport)
+//
+// A row is <identity>\0<node>\0<data>. The tag's "o:" or "c:" keeps it non-empty whatever the
+// owner is (an empty tag would hash the whole key); an owner holding "}" ends its tag early,
+// which is the same for all of its keys, so they still share a slot.
+//
+// # Atomicity
+//
+// Every write is one Lua script over one owner's keys, so the invariants of interest.Store hold
+// under concurrent writers on many nodes, not only in the order one writer sends commands.
+// Scripts read the time from Redis (TIME), so deadlines do not depend on the nodes' clocks.
+// The dispatch hot path, Interest.Watched, is one SMISMEMBER.
+//
+// # Concurrency and lifecycle
+//
+// A Client is safe for concurrent use; Dial connects, Close releases its connections. Interest
+// and Broker start no goroutine of their own (the client's connection goroutines are the
+// client's) and every call is bounded by its context or Config.Timeout. A Transport's Run owns
+// its reader and one sender per destination node, and returns when they have ended.
+//
+// # Transport
+//
+// Each node reads one stream, which its reader creates and keeps alive by TTL; producers append
+// with NOMKSTREAM, so a dead node's stream is not brought back. Each entry names its producer,
+// the producer's incarnation and a sequence number per (incarnation, destination). The reader
+// hands payloads over in stream order, skips a number it has seen (a batch sent again after an
+// error) and reports a jump (a producer's queue overflowed, or the stream was trimmed before it
+// was read), a new incarnation, or its stream gone (Redis lost it) as a gap. A producer whose
+// queue dropped its last payloads appends a tick, so the hole is told without waiting for
+// another payload. Bounds: each destination's queue by payloads and bytes, each stream by
+// MaxLen entries.
+package redis

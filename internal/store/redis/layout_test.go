@@ -1,0 +1,199 @@
+package redis
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/heraldrt/herald/internal/interest"
+)
+
+// hashTag returns the part of key Redis Cluster hashes: the text between the first "{" and the
+// first "}" after it, when that is not empty; the whole key otherwise.
+func hashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+// TestKeyLayout writes through every store and checks each key it left: that it has the shape
+// the package documentation gives, and that every key of one owner, and of one channel, shares
+// one hash tag (on the Cluster, one slot as Redis counts it).
+func TestKeyLayout(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		c := dial(t, url)
+		in, err := NewInterest(c, interest.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners := []string{"t:public.orders", "ch:docs", "odd}owner", "}lead"}
+		for _, o := range owners {
+			for _, r := range []interest.Row{
+				{Token: "a", Socket: "s1", Sub: "1", Identity: "alice", Node: "n1"},
+				{Token: "", Socket: "s2", Sub: "1", Identity: "bob", Node: "n2"},
+				{Token: "a/b", Socket: "s2", Sub: "2", Identity: "bob", Node: "n2"},
+			} {
+				if _, err := in.Add(ctx, o, r); err != nil {
+					t.Fatalf("Add under %q: %v", o, err)
+				}
+			}
+		}
+		br, err := NewBroker(c, BrokerConfig{Node: "n1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		channels := []string{"docs/alice/inbox", "x"}
+		for _, ch := range channels {
+			if _, err := br.Next(ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		p := regexp.QuoteMeta(c.Prefix())
+		shapes := []*regexp.Regexp{
+			regexp.MustCompile(`^` + p + `:[wnlg]:\{o:.*\}$`),
+			regexp.MustCompile(`^` + p + `:[ts]:\{o:.*\}:.*$`),
+			regexp.MustCompile(`^` + p + `:[ch]:\{c:[^}]*\}$`),
+		}
+		keys := keysUnder(t, ctx, c)
+		tags := map[string]map[string]bool{} // owner or channel -> tags of its keys
+		for _, k := range keys {
+			ok := false
+			for _, s := range shapes {
+				ok = ok || s.MatchString(k)
+			}
+			if !ok {
+				t.Errorf("key %q has none of the documented shapes", k)
+			}
+			var who string
+			for _, o := range owners {
+				if strings.HasPrefix(k[len(c.Prefix())+3:], "{o:"+o+"}") {
+					who = "owner " + o
+				}
+			}
+			for _, ch := range channels {
+				if strings.HasPrefix(k[len(c.Prefix())+3:], "{c:"+ch+"}") {
+					who = "channel " + ch
+				}
+			}
+			if who == "" {
+				t.Errorf("key %q belongs to no owner or channel the test wrote", k)
+				continue
+			}
+			if tags[who] == nil {
+				tags[who] = map[string]bool{}
+			}
+			tags[who][hashTag(k)] = true
+		}
+		// Per owner: w n l g, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h.
+		if want := 4*(4+3+2) + 2*2; len(keys) != want {
+			t.Errorf("%d keys, want %d: %q", len(keys), want, keys)
+		}
+		for who, ts := range tags {
+			if len(ts) != 1 {
+				t.Errorf("%s: keys hash on %d tags %v, want one", who, len(ts), ts)
+			}
+		}
+		// On a Cluster every script above would have failed with CROSSSLOT had the tags
+		// differed; ask Redis for the slots too.
+		slots := map[string]map[int64]bool{}
+		for _, k := range keys {
+			n, err := c.rc.Do(ctx, c.rc.B().ClusterKeyslot().Key(k).Build()).AsInt64()
+			if err != nil {
+				if _, ok := rueidis.IsRedisErr(err); ok {
+					return // not a Cluster
+				}
+				t.Fatal(err)
+			}
+			tag := hashTag(k)
+			if slots[tag] == nil {
+				slots[tag] = map[int64]bool{}
+			}
+			slots[tag][n] = true
+		}
+		for tag, s := range slots {
+			if len(s) != 1 {
+				t.Errorf("tag %q spans slots %v", tag, s)
+			}
+		}
+	})
+}
+
+// counting counts the commands a store sends.
+type counting struct {
+	rueidis.Client
+	n atomic.Int64
+}
+
+func (c *counting) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c *counting) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.n.Add(int64(len(cmds)))
+	return c.Client.DoMulti(ctx, cmds...)
+}
+
+// TestHotPathIsOneCommand: "which of these tokens does anyone watch" is one command whatever
+// the number of tokens, and a warm write is one script call.
+func TestHotPathIsOneCommand(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		c := dial(t, url)
+		cc := &counting{Client: c.rc}
+		in, err := NewInterest(&Client{rc: cc, prefix: c.prefix, timeout: c.timeout}, interest.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []interest.Row{
+			{Token: "a", Socket: "s1", Sub: "1", Identity: "i", Node: "n"},
+			{Token: "a/b", Socket: "s1", Sub: "2", Identity: "i", Node: "n"},
+		} {
+			if _, err := in.Add(ctx, "ch:a", r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cc.n.Store(0)
+		w, err := in.Watched(ctx, "ch:a", []string{"", "a", "a/b", "a/b/c", "a/b/c/d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cc.n.Load(); got != 1 {
+			t.Errorf("Watched sent %d commands, want 1", got)
+		}
+		if want := []bool{false, true, true, false, false}; !equalBools(w, want) {
+			t.Errorf("Watched = %v, want %v", w, want)
+		}
+		cc.n.Store(0)
+		if _, err := in.Add(ctx, "ch:a", interest.Row{Token: "a/b/c", Socket: "s1", Sub: "3", Identity: "i", Node: "n"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := cc.n.Load(); got != 1 {
+			t.Errorf("a warm Add sent %d commands, want 1 (one script)", got)
+		}
+	})
+}
+
+func equalBools(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
