@@ -43,7 +43,7 @@ starts).
 
 --idle measures what idle connections cost instead: --subs connections, each subscribed to one
 channel nothing is published to, are opened and left to settle, and the node's CPU time over
---hold (make it a whole number of ping intervals, 25s unless the node sets another), its memory
+--hold (make it a whole number of ping intervals, 50s unless the node sets another), its memory
 per connection and its goroutines per connection are reported.
 
 --policy N (table mode, own node) measures the policy gate: the node's config gives the table

@@ -31,7 +31,7 @@ type IdleConfig struct {
 	// so the window holds no handshake. Default 5s.
 	Settle time.Duration
 	// Hold is the measured window. Make it a whole number of the node's ping intervals (its
-	// limits.ping_interval, 25s unless set), so every connection is pinged equally often in
+	// limits.ping_interval, 50s unless set), so every connection is pinged equally often in
 	// it, whatever moment it connected at. Default 50s.
 	Hold time.Duration
 	// ServerPID is the node's process, whose CPU time and memory are read from /proc.

@@ -112,7 +112,8 @@ type LimitsSection struct {
 	// HandshakeTimeout is how long a client has to send connect after the upgrade.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
 	// PingInterval is the server's ping period; a client that leaves two pings in a row
-	// unanswered is closed.
+	// unanswered is closed. The default, 50s, stays under the 55-60 s idle timeouts of the
+	// common proxies and load balancers (docs/OPERATIONS.md, Liveness).
 	PingInterval time.Duration `yaml:"ping_interval"`
 }
 
@@ -171,7 +172,7 @@ func Default() *Config {
 			ControlLaneBytes:  delivery.DefaultMaxControlBytes,
 			SlowTimeout:       10 * time.Second,
 			HandshakeTimeout:  10 * time.Second,
-			PingInterval:      25 * time.Second,
+			PingInterval:      50 * time.Second,
 		},
 		ChangefeedSection: ChangefeedSection{
 			Slot:           "herald",

@@ -66,6 +66,10 @@ func (b *Batch) Bytes() int {
 	return n
 }
 
+// Reset empties b, holding on to nothing it held: for a writer that keeps b, or pools it,
+// after its last call.
+func (b *Batch) Reset() { b.reset() }
+
 func (b *Batch) reset() {
 	// Clear, not just truncate: stale Items would keep shared bodies alive.
 	clear(b.Items)
@@ -83,6 +87,25 @@ func (l *Lanes) TryNext(b *Batch) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return !l.closed && l.fillLocked(b)
+}
+
+// TryNextOrPark is TryNext for a writer on demand (Config.Wake): when there is nothing to
+// write it also gives up the writer's place, in the same critical section, so the next push
+// calls Wake and no push is missed. The writer then ends; it must not call the lanes again
+// unless Claim gives it the place back. It returns false, and does not park, once the lanes
+// are closed. Call it from the writer only.
+func (l *Lanes) TryNextOrPark(b *Batch) bool {
+	b.reset()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	if l.fillLocked(b) {
+		return true
+	}
+	l.parked = true
+	return false
 }
 
 // Next fills b with the next batch, blocking until there is one. It returns ErrClosed once Close

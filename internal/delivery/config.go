@@ -64,6 +64,14 @@ type Config struct {
 	// wrong. It runs on the pushing goroutine after the lock is released, once per stall; it
 	// must be quick and must not block.
 	OnStall func()
+
+	// Wake, when set, makes the writer one that runs on demand rather than one that parks: the
+	// writer drains with TryNextOrPark and ends when it finds nothing, and the push that then
+	// finds the writer gone calls Wake, once, to start the next. It runs on the pushing
+	// goroutine after the lock is released; it must be quick and must not block (it starts a
+	// goroutine). Close never calls it. Next is not for such lanes. Lanes start with the writer
+	// counted as present, so the owner starts the first one itself.
+	Wake func()
 }
 
 // Validate reports a Config that New would refuse.

@@ -23,6 +23,12 @@
 // The writer batches: a non-blocking drain with TryNext, a flush when TryNext finds nothing,
 // then a blocking wait in Next (see Next for the loop).
 //
+// Or the writer runs on demand (Config.Wake): it drains with TryNextOrPark and ends when that
+// finds nothing, giving up its place under the same lock a push takes; the first push after
+// that claims the place and calls Wake, which starts the next writer. So an idle connection
+// holds no writer goroutine, a push is never missed, and there is never more than one writer.
+// Claim takes the place for an owner that needs a writer with nothing pushed (a close).
+//
 // # Lifecycle
 //
 // New returns open lanes; they start no goroutine and allocate their rings on first use. Close

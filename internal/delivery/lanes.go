@@ -307,7 +307,10 @@ func (l *Lanes) Close() {
 	l.stats.discarded.Add(uint64(discarded))
 	l.stats.markersForgotten.Add(uint64(forgotten))
 	// Always send: Next may be between finding nothing and parking, and must not miss this.
-	l.signal(true)
+	// A writer on demand is not started for lanes that are closed.
+	if l.cfg.Wake == nil {
+		l.signal(true)
+	}
 }
 
 // Stalled reports whether the connection is stalled and since when, by Config.Now.
@@ -327,6 +330,21 @@ func (l *Lanes) Stalled() (since time.Time, ok bool) {
 	return l.stallSince, !l.stallSince.IsZero()
 }
 
+// Claim takes the writer's place for the caller when no writer is present (it ended in
+// TryNextOrPark) and the lanes are open, and reports whether it did: the caller then runs the
+// writer, or starts it. It is for lanes with Config.Wake, whose owner must start a writer for a
+// reason of its own, not a push (to write the frames that explain a close, say). At most one
+// of a Claim and the pushes that race it gets the place. Safe for concurrent use.
+func (l *Lanes) Claim() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || !l.parked {
+		return false
+	}
+	l.parked = false
+	return true
+}
+
 // unparkLocked claims the parked writer, if any, for the caller to wake after unlocking. Only
 // one producer claims it, so a burst of pushes costs one channel send, not one per frame.
 func (l *Lanes) unparkLocked() bool {
@@ -338,9 +356,13 @@ func (l *Lanes) unparkLocked() bool {
 }
 
 // signal wakes the writer when wake is set. It never blocks: wake holds at most one token, and
-// one is all a parked writer needs.
+// one is all a parked writer needs. With Config.Wake it starts a writer instead.
 func (l *Lanes) signal(wake bool) {
 	if !wake {
+		return
+	}
+	if l.cfg.Wake != nil {
+		l.cfg.Wake()
 		return
 	}
 	select {

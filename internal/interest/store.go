@@ -121,6 +121,14 @@ func CheckName(what, v string) error {
 	return nil
 }
 
+// CheckOwnerSocket checks the owner and socket an operation on one socket's rows names.
+func CheckOwnerSocket(owner, socket string) error {
+	if err := CheckName("owner", owner); err != nil {
+		return err
+	}
+	return CheckName("socket", socket)
+}
+
 // CheckToken checks a token: any string without NUL.
 func CheckToken(tok string) error {
 	if strings.IndexByte(tok, 0) >= 0 {

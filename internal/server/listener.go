@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -224,8 +225,30 @@ func (c *gatedConn) Close() error {
 // listen binds addr with the given accept backlog. Go asks for the kernel's maximum
 // (net.core.somaxconn); a positive backlog is set with a second listen(2), which Linux
 // allows on a listening socket. The kernel caps it at somaxconn either way.
-func listen(addr string, backlog int) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+//
+// Accepted connections get TCP keepalive probes only after twice ping (Go's default is after
+// 15 s of silence, which on a WebSocket or SSE connection beaten every ping would probe it two
+// or three times between beats for nothing), and, on Linux, a TCP_USER_TIMEOUT of twice ping,
+// which the listening socket hands on to every connection it accepts: a connection whose
+// data (a ping, a keepalive) stays unacknowledged that long is dropped by the kernel. That is
+// what ends an SSE stream whose client vanished (an SSE stream has no pong to miss); without it
+// the kernel retransmits for about 15 minutes first. ping zero leaves Go's defaults.
+func listen(addr string, backlog int, ping time.Duration) (net.Listener, error) {
+	var lc net.ListenConfig
+	if ping > 0 {
+		lc.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: 2 * ping, Interval: 15 * time.Second, Count: 4}
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) { serr = setUserTimeout(fd, 2*ping) }); err != nil {
+				return err
+			}
+			if serr != nil {
+				return fmt.Errorf("set TCP_USER_TIMEOUT: %w", serr)
+			}
+			return nil
+		}
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil || backlog <= 0 {
 		return ln, err
 	}

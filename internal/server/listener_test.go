@@ -113,7 +113,7 @@ func TestSocketsPastTheCapAreRefusedAtOnce(t *testing.T) {
 // TestListenWithABacklog: a backlog from config is set with a second listen(2), and the
 // socket still accepts.
 func TestListenWithABacklog(t *testing.T) {
-	ln, err := listen("127.0.0.1:0", 16)
+	ln, err := listen("127.0.0.1:0", 16, 0)
 	if err != nil {
 		t.Fatalf("listen with a backlog: %v", err)
 	}

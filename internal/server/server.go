@@ -324,7 +324,7 @@ func (s *Server) Sessions() int {
 // started has ended. A changefeed that stops on a permanent error shuts the node down too, and
 // Run returns that error.
 func (s *Server) Run(ctx context.Context) error {
-	ln, err := listen(s.cfg.Listen, s.cfg.ListenBacklog)
+	ln, err := listen(s.cfg.Listen, s.cfg.ListenBacklog, s.cfg.PingInterval)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (set listen / HERALD_LISTEN to a free address)", s.cfg.Listen, err)
 	}

@@ -39,17 +39,31 @@
 //     the protocol serialises a connection's requests itself;
 //   - producers (the channel hub's fan-out goroutines, the table router), through the bus, call
 //     Push or PushDeferred, which never block;
-//   - the writer, Run, is the only goroutine that writes to the Transport.
+//   - the writer is the only goroutine that writes frames to the Transport.
 //
-// The writer is the only goroutine a session runs: an idle session costs one parked goroutine.
-// What else it must do on time is done by timers whose callbacks are short and never write to
-// the Transport: the token's expiry (the expiring warning, then the close), the stall check,
-// armed by the lanes' OnStall as the data lane begins losing frames and not while it is not,
-// and the close's grace period. Their callbacks are the session's goroutines too: the session's
-// end (Run's, or Abort) lets no more of them start and waits for those running, so none
-// outlives it. The first Close ends the writer's wait itself, by cancelling the context the
-// writer waits under, rather than a goroutine watching for it. A subscribe runs on its
-// caller's goroutine, under the caller's context, cut short by the session's close.
+// # Writer
+//
+// The writer runs on demand: a goroutine that drains the lanes onto the Transport and ends
+// when they are empty, so an idle session holds no goroutine at all. The lanes are made with
+// delivery.Config.Wake: the writer gives its place up under the lanes' lock, in the same
+// critical section in which it finds them empty (TryNextOrPark), and the first push after that
+// takes the place and calls Wake, which starts the next writer. So a push is never missed, and
+// only whoever holds the place starts a writer: there is never more than one. Start starts the
+// first (the lanes are made with its place taken, so welcome, queued before Start, waits for
+// it). A close that finds no writer takes the place with Claim and starts one to finish the
+// session; a writer that gives its place up as a close begins looks at closing once more and
+// claims it back, and only one of the two succeeds. Every writer is counted in a WaitGroup,
+// which Wait waits for once the session has finished: by then the lanes are closed, and
+// nothing can start another.
+//
+// What else a session must do on time is done by timers whose callbacks are short and never
+// write to the Transport: the token's expiry (the expiring warning, then the close), the stall
+// check, armed by the lanes' OnStall as the data lane begins losing frames and not while it is
+// not, the close's grace period, and the end of the server's context (context.AfterFunc, an
+// entry in the context's list, not a goroutine). Their callbacks are the session's goroutines
+// too: the session's end (its finish, or Abort) lets no more of them start and waits for those
+// running, so none outlives it. A subscribe runs on its caller's goroutine, under the caller's
+// context, cut short by the session's close.
 //
 // # Bounds
 //
@@ -74,13 +88,13 @@
 //
 // # Lifecycle
 //
-// New makes a session for an identity that has already been verified. Run starts the token's
+// New makes a session for an identity that has already been verified. Start starts the token's
 // expiry timer (the warning, then the close for CloseTokenExpired at Identity.ExpiresAt) and
-// writes until the
-// session closes and returns when its writer has ended, after every subscription has been let
-// go. Close may be called from any goroutine, any number of times: the first call wins. The
-// writer then writes the control frames still queued (the error that explains the close, say)
-// within a short grace period, closes the transport with the reason, and ends. A write stuck on a
+// the first writer; Wait returns once the session has finished and its writers have ended,
+// after every subscription has been let go; Run is Start and Wait. Close may be called from any
+// goroutine, any number of times: the first call wins. The writer then writes the control
+// frames still queued (the error that explains the close, say) within a short grace period,
+// closes the transport with the reason, lets go of the subscriptions, and closes Done. A write stuck on a
 // client that stopped reading cannot hold the close: after the grace period the transport is
 // closed from outside, which fails the write.
 package session

@@ -36,6 +36,13 @@ func (r *recordingTransport) Write(_ time.Time, items []delivery.Item) error {
 
 func (r *recordingTransport) Close(CloseReason, string) {}
 
+// written is every frame written so far.
+func (r *recordingTransport) written() []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]map[string]any(nil), r.frames...)
+}
+
 func (r *recordingTransport) resyncs() []map[string]any {
 	r.mu.Lock()
 	defer r.mu.Unlock()

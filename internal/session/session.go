@@ -111,7 +111,7 @@ type Config struct {
 	// for this long, one write has been blocked this long, or the replies to its requests have
 	// been waiting unread this long (AwaitReplyRoom). Default 10s.
 	SlowTimeout time.Duration
-	// PingInterval is announced in welcome; the transport does the pinging. Default 25s.
+	// PingInterval is announced in welcome; the transport does the pinging. Default 50s.
 	PingInterval time.Duration
 	// ExpiryWarning is how long before its token expires a client is sent expiring. Default 60s.
 	ExpiryWarning time.Duration
@@ -140,7 +140,7 @@ func (c Config) withDefaults() Config {
 		c.SlowTimeout = 10 * time.Second
 	}
 	if c.PingInterval <= 0 {
-		c.PingInterval = 25 * time.Second
+		c.PingInterval = 50 * time.Second
 	}
 	if c.ExpiryWarning <= 0 {
 		c.ExpiryWarning = time.Minute
@@ -226,14 +226,18 @@ type Session struct {
 	endLife      context.CancelFunc
 	closing      chan struct{} // closed by the first Close or Lost
 	closeMu      sync.Mutex
-	closeStarted bool // guarded by closeMu
-	// stopWriter ends the writer's wait for the lanes: the first Close calls it, so no goroutine
-	// need watch closing for the writer. Set by Run; guarded by closeMu.
-	stopWriter context.CancelFunc
-	closeWeak  bool          // guarded by closeMu: closed by Lost; a Close may still name the reason
-	closeWhy   CloseReason   // guarded by closeMu
-	closeMsg   string        // guarded by closeMu
-	done       chan struct{} // closed when Run has ended
+	closeStarted bool          // guarded by closeMu
+	closeWeak    bool          // guarded by closeMu: closed by Lost; a Close may still name the reason
+	closeWhy     CloseReason   // guarded by closeMu
+	closeMsg     string        // guarded by closeMu
+	done         chan struct{} // closed when the writer has finished the session
+
+	// The writer runs on demand (see doc.go, Writer): a goroutine started when the lanes get
+	// work, ended when they drain. ctx and stopCtx are set by Start before the first writer
+	// starts, and read only by writers.
+	ctx     context.Context
+	stopCtx func() bool    // ends the watch on ctx; called by finish
+	writers sync.WaitGroup // the writer goroutines, at most one at a time doing the work
 
 	stallMu  sync.Mutex  // taken after mu, if both (see doc.go)
 	stall    *time.Timer // guarded by stallMu: armed while the data lane is stalled, else nil
@@ -297,6 +301,7 @@ func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error)
 	}
 	lc := cfg.Lanes
 	lc.OnStall = s.armStall
+	lc.Wake = s.startWriter
 	lanes, err := delivery.New(lc)
 	if err != nil {
 		return nil, err
@@ -517,19 +522,23 @@ func (s *Session) Lost(reason string) { s.close(CloseNormal, reason, true) }
 
 func (s *Session) close(r CloseReason, msg string, weak bool) {
 	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
 	if s.closeStarted {
 		if s.closeWeak && !weak {
 			s.closeWhy, s.closeMsg, s.closeWeak = r, msg, false
 		}
+		s.closeMu.Unlock()
 		return
 	}
 	s.closeStarted, s.closeWeak = true, weak
 	s.closeWhy, s.closeMsg = r, msg
 	close(s.closing)
+	s.closeMu.Unlock()
 	s.endLife()
-	if s.stopWriter != nil {
-		s.stopWriter()
+	// With no writer running, start one to write what explains the close and finish. One that
+	// is running meets closing at its next turn; one that parks as this claims claims itself.
+	// Outside closeMu, which is taken alone.
+	if s.lanes.Claim() {
+		s.startWriter()
 	}
 	// A writer blocked on a client that stopped reading would hold the close forever.
 	s.afterFunc(s.cfg.CloseGrace, func() {
@@ -577,52 +586,89 @@ func (s *Session) Abort() {
 // Closing is closed once Close has been called.
 func (s *Session) Closing() <-chan struct{} { return s.closing }
 
-// Run is the writer: it drains the lanes onto the transport until the session closes, then
-// lets go of every subscription. It returns once it has ended.
-func (s *Session) Run(ctx context.Context) {
-	defer close(s.done)
+// Start starts the session: the token's expiry timer, and the writer, which drains the lanes
+// onto the transport and ends when they are empty; a push starts the next. When ctx ends the
+// session closes as shutting down. The session is finished (Done is closed) once it has closed
+// and its writer has written the frames that explain the close, closed the transport and let
+// go of every subscription. Call it once.
+func (s *Session) Start(ctx context.Context) {
 	// The token's clock starts with the writer, not in New: the transport queues welcome
-	// before it runs the writer, and an expiring warning must not overtake it.
+	// before it starts the writer, and an expiring warning must not overtake it.
 	s.mu.Lock()
 	if !s.closed && s.expiry == nil {
 		s.armExpiry()
 	}
 	s.mu.Unlock()
-	// wctx ends with ctx or at the session's close, whichever is first; the close cancels it
-	// itself, since a goroutine to watch for it would be one more per idle session.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s.closeMu.Lock()
-	if s.closeStarted {
-		cancel()
-	} else {
-		s.stopWriter = cancel
-	}
-	s.closeMu.Unlock()
+	s.ctx = ctx
+	// No goroutine waits for ctx: the server's context is a cancel context, so this is an
+	// entry in its list of children.
+	s.stopCtx = context.AfterFunc(ctx, func() {
+		s.owned(func() { s.Close(CloseShuttingDown, "server shutting down") })
+	})
+	// The lanes were made with the writer's place taken, so pushes before now (welcome) wait
+	// for this one.
+	s.startWriter()
+}
 
-	var b delivery.Batch
+// Run starts the session and waits until it has finished and its writers have ended.
+func (s *Session) Run(ctx context.Context) {
+	s.Start(ctx)
+	s.Wait()
+}
+
+// Wait waits until the session has finished and every writer goroutine it started has ended.
+// Call it after Start.
+func (s *Session) Wait() {
+	<-s.done
+	// No writer starts once the session is finished: the lanes are closed, so neither a push
+	// nor Claim takes the writer's place.
+	s.writers.Wait()
+}
+
+// startWriter starts a writer: the lanes' Wake, called by the one push that found the writer
+// gone, or by Start or close, which took its place.
+func (s *Session) startWriter() {
+	s.writers.Add(1)
+	go s.writeLoop()
+}
+
+// batches are the writers' batches: a session holds one only while it writes.
+var batches = sync.Pool{New: func() any { return new(delivery.Batch) }}
+
+// writeLoop is the writer: it writes the lanes' batches until they are empty, then ends, giving
+// its place up to the next push (delivery.Lanes.TryNextOrPark). At most one runs at a time:
+// a writer is started only by whoever took its place, which one that ends gives up under the
+// lanes' lock. Once the session is closing, the writer finishes it.
+func (s *Session) writeLoop() {
+	defer s.writers.Done()
+	b := batches.Get().(*delivery.Batch)
+	defer batches.Put(b)
 	for {
-		if !s.lanes.TryNext(&b) {
-			if err := s.lanes.Next(wctx, &b); err != nil {
-				break
+		if s.isClosing() {
+			s.finish(b)
+			return
+		}
+		if !s.lanes.TryNextOrPark(b) {
+			// A close that came as this parked found a writer in place and started none: the
+			// place is taken back to finish. Only one of this and close's Claim succeeds.
+			if s.isClosing() && s.lanes.Claim() {
+				continue
 			}
+			return
 		}
-		// Writes run under ctx, not wctx: a close must not cut the write of a frame already
-		// taken from the lanes (the error that explains the close, say), and a transport may
-		// drop the connection when a write's context ends.
-		if err := s.write(ctx, b.Items); err != nil {
+		if err := s.write(s.ctx, b.Items); err != nil {
 			s.Lost("connection lost")
-			break
-		}
-		if wctx.Err() != nil {
-			break
 		}
 	}
-	cancel()
-	if ctx.Err() != nil {
-		s.Close(CloseShuttingDown, "server shutting down")
+}
+
+func (s *Session) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
 	}
-	s.finish()
 }
 
 // subOfKey is the sub of a lanes key.
@@ -684,11 +730,11 @@ func (s *Session) write(ctx context.Context, items []delivery.Item) error {
 
 // finish writes the control frames that explain the close, closes the transport and lets go
 // of the subscriptions.
-func (s *Session) finish() {
-	<-s.closing
+func (s *Session) finish(b *delivery.Batch) {
+	defer close(s.done)
+	s.stopCtx()
 	grace := time.Now().Add(s.cfg.CloseGrace)
-	var b delivery.Batch
-	if s.lanes.TryNext(&b) {
+	if s.lanes.TryNext(b) {
 		var ctl []delivery.Item
 		for _, it := range b.Items {
 			if it.Kind == delivery.KindControl {
@@ -714,6 +760,7 @@ func (s *Session) finish() {
 		su.unsubscribe()
 	}
 	s.disarmStall()
+	b.Reset() // hold no frame in the pool
 	s.endTimers()
 }
 
@@ -722,17 +769,21 @@ func (s *Session) finish() {
 // owns it. One that fires after the session has ended does not run, and endTimers waits for
 // those already running, so no callback outlives the session.
 func (s *Session) afterFunc(d time.Duration, f func()) *time.Timer {
-	return time.AfterFunc(d, func() {
-		s.timerMu.Lock()
-		if s.timersEnded {
-			s.timerMu.Unlock()
-			return
-		}
-		s.timers.Add(1)
+	return time.AfterFunc(d, func() { s.owned(f) })
+}
+
+// owned runs f, a callback on a goroutine of the runtime's (a timer's, context.AfterFunc's), as
+// one of the session's: not once the session has ended, and endTimers waits for it.
+func (s *Session) owned(f func()) {
+	s.timerMu.Lock()
+	if s.timersEnded {
 		s.timerMu.Unlock()
-		defer s.timers.Done()
-		f()
-	})
+		return
+	}
+	s.timers.Add(1)
+	s.timerMu.Unlock()
+	defer s.timers.Done()
+	f()
 }
 
 // endTimers lets no more timer callbacks run and waits for those running. It is the last thing

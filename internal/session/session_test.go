@@ -260,32 +260,42 @@ func TestStalledDataLaneClosesTooSlow(t *testing.T) {
 	}
 }
 
-// TestIdleSessionHasOneGoroutine: a running session with nothing to write holds one goroutine,
-// its writer; no watcher or poller runs beside it.
-func TestIdleSessionHasOneGoroutine(t *testing.T) {
+// TestIdleSessionHoldsNoGoroutine: a started session with nothing to write holds no goroutine:
+// its writer ended when the lanes drained, and no watcher or poller runs in its place.
+func TestIdleSessionHoldsNoGoroutine(t *testing.T) {
 	const n = 20
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range n {
-		s, err := New(Config{Codec: wire.Codec{}}, Deps{Channels: fakeChannels{}}, newGated(), auth.Identity{Subject: "u"})
+	sessions := make([]*Session, n)
+	for i := range sessions {
+		s, err := New(Config{Codec: wire.Codec{}}, Deps{Channels: fakeChannels{}}, &recordingTransport{}, auth.Identity{Subject: "u"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); s.Run(ctx) }()
+		s.Send([]byte(`{"type":"pong","id":"1"}`)) // something to write, so each writer has work before it ends
+		s.Start(ctx)
+		sessions[i] = s
 	}
-	defer func() { cancel(); wg.Wait() }()
-	// Poll until every writer has started; none ends while ctx lives.
+	defer func() {
+		cancel()
+		for _, s := range sessions {
+			s.Wait()
+		}
+	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		got := sessionGoroutines()
-		if got == n {
-			return
+		if got == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d idle sessions hold %d goroutines, want %d", n, got, n)
+			t.Fatalf("%d idle sessions hold %d goroutines, want none", n, got)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	for i, s := range sessions {
+		if w := s.transport.(*recordingTransport).written(); len(w) != 1 {
+			t.Errorf("session %d wrote %d frames, want its welcome", i, len(w))
+		}
 	}
 }
 

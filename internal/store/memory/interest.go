@@ -224,10 +224,7 @@ func (m *Interest) Reap(ctx context.Context, o, sock string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := interest.CheckName("owner", o); err != nil {
-		return 0, err
-	}
-	if err := interest.CheckName("socket", sock); err != nil {
+	if err := interest.CheckOwnerSocket(o, sock); err != nil {
 		return 0, err
 	}
 	m.mu.Lock()
@@ -249,10 +246,7 @@ func (m *Interest) Refresh(ctx context.Context, o, sock string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := interest.CheckName("owner", o); err != nil {
-		return 0, err
-	}
-	if err := interest.CheckName("socket", sock); err != nil {
+	if err := interest.CheckOwnerSocket(o, sock); err != nil {
 		return 0, err
 	}
 	m.mu.Lock()

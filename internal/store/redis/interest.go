@@ -106,7 +106,7 @@ func (s *Interest) Remove(ctx context.Context, owner, socket, sub string) (uint6
 
 // Reap drops everything socket holds under owner.
 func (s *Interest) Reap(ctx context.Context, owner, socket string) (uint64, error) {
-	if err := checkOwnerSocket(owner, socket); err != nil {
+	if err := interest.CheckOwnerSocket(owner, socket); err != nil {
 		return 0, err
 	}
 	keys, args := s.ownerKeys(owner)
@@ -121,7 +121,7 @@ func (s *Interest) Reap(ctx context.Context, owner, socket string) (uint64, erro
 
 // Refresh renews socket's deadline.
 func (s *Interest) Refresh(ctx context.Context, owner, socket string) (int, error) {
-	if err := checkOwnerSocket(owner, socket); err != nil {
+	if err := interest.CheckOwnerSocket(owner, socket); err != nil {
 		return 0, err
 	}
 	keys, args := s.ownerKeys(owner)
@@ -222,11 +222,4 @@ func (s *Interest) Generation(ctx context.Context, owner string) (uint64, error)
 		return 0, fmt.Errorf("interest generation %s: %w", owner, err)
 	}
 	return v, nil
-}
-
-func checkOwnerSocket(owner, socket string) error {
-	if err := interest.CheckName("owner", owner); err != nil {
-		return err
-	}
-	return interest.CheckName("socket", socket)
 }

@@ -2,13 +2,23 @@
 // declare one subscription, and POST carries the client's commands to the stream's session,
 // whose replies arrive on the stream in order with the data.
 //
-// Each stream's handler owns its session and runs the session's writer itself, on the request's
-// goroutine: an idle stream holds that goroutine and the HTTP server's own reader of the
-// connection, nothing else. Keepalives come from the handler's heartbeat wheel, which serves the
-// streams due in the same tick together; each keepalive is written by a goroutine that lives for
-// that one write. The client's going away reaches the session through context.AfterFunc on the
-// request's context. The handler stops both and waits for a keepalive in flight before it
-// returns. Writes to the response go through one mutex, shared by the writer and the keepalive.
+// On HTTP/1.x a stream takes its connection over from net/http (Hijack) once the session is
+// open and its URL subscription accepted, writes the status line and headers itself and frames
+// the body itself (chunked for HTTP/1.1, ended by the connection's close for HTTP/1.0; the
+// connection closes with the stream either way), and the request's goroutine returns: with it
+// go the request and net/http's buffers. A goroutine of its own then reads the connection, only
+// to learn that the client went away; it is the stream's only goroutine while it is idle, since
+// the session's writer runs only while there is something to write. Writes go through a pooled
+// buffer, one write(2) per batch, under a socket deadline moved only when it is well off.
+//
+// On HTTP/2, whose streams share a connection, the stream stays on the ResponseWriter: the
+// request's goroutine runs the session to its end, and the client's going away reaches the
+// session through context.AfterFunc on the request's context.
+//
+// Keepalives come from the handler's heartbeat wheel, which serves the streams due in the same
+// tick together; each keepalive is written by a goroutine that lives for that one write. The
+// stream stops them and waits for a keepalive in flight before it gives its slot back. Writes
+// to a stream go through one mutex, shared by the writer, the keepalive and Close.
 package sse
 
 import (
@@ -35,7 +45,7 @@ import (
 
 // Config configures the handler. The zero value of each field means its default.
 type Config struct {
-	// PingInterval is how often a keepalive comment goes out. Default 25s.
+	// PingInterval is how often a keepalive comment goes out. Default 50s.
 	PingInterval time.Duration
 	Session      session.Config
 	Logger       *slog.Logger
@@ -59,7 +69,7 @@ type Handler struct {
 // New returns the SSE handler. base is the server's context: sessions run under it.
 func New(base context.Context, cfg Config, deps session.Deps, a session.Authenticator, r session.Registry) *Handler {
 	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = 25 * time.Second
+		cfg.PingInterval = 50 * time.Second
 	}
 	cfg.Session.PingInterval = cfg.PingInterval
 	if cfg.Session.Codec == nil {
@@ -117,13 +127,14 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 		t.Close(wire.CloseTooManyConnections, "this node is at its connection limit (limits.max_connections); reconnect with backoff starting at 10 s")
 		return
 	}
-	defer release()
+	defer func() { release() }()
 
 	t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{}), slow: h.slowTimeout()}
 	if sub != nil {
 		t.urlSub = sub.Sub
 	}
-	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(t), ident)
+	lt := &lateTransport{Carrier: t}
+	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(lt), ident)
 	if err != nil {
 		startStream(w, flusher)
 		_, _ = fmt.Fprintf(w, "retry: 2000\n\ndata: {\"type\":\"error\",\"code\":\"internal\",\"status\":500,\"message\":\"the server could not open a session\"}\n\n")
@@ -148,25 +159,68 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// On HTTP/1.x the stream takes the connection over from net/http once its headers are
+	// written, and this goroutine returns: with it go the request and net/http's buffers and
+	// state for the connection, which an idle stream would otherwise hold for its whole life.
+	if ht := h.hijack(w, r, t.urlSub); ht != nil {
+		lt.Carrier = ht // before the writer starts: nothing has been written yet
+		untrack := h.registry.Track(s)
+		h.add(c)
+		slot := release
+		release = func() {} // serveHijacked gives the slot back, last
+		go h.serveHijacked(s, ht, func() {
+			h.remove(c)
+			untrack()
+			slot()
+		})
+		return
+	}
+
 	untrack := h.registry.Track(s)
 	defer untrack()
-	h.mu.Lock()
-	h.streams[s.ID()] = c
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		delete(h.streams, s.ID())
-		h.mu.Unlock()
-	}()
+	h.add(c)
+	defer h.remove(c)
 
 	startStream(w, flusher)
 
 	gone := context.AfterFunc(r.Context(), func() { s.Lost("client went away") })
-	ka := &keepalive{s: s, t: t}
+	ka := &keepalive{s: s, t: t, slow: t.slow}
 	ka.member = h.keepalives.Add(ka.beat)
 	s.Run(h.base)
 	ka.stop()
 	gone()
+}
+
+// lateTransport is the session's transport: the response, until the stream takes the
+// connection over, before the session starts.
+type lateTransport struct{ heraldv1.Carrier }
+
+// add and remove enter a live stream's session in the table commands are addressed by.
+func (h *Handler) add(c *heraldv1.Conn) {
+	h.mu.Lock()
+	h.streams[c.Session().ID()] = c
+	h.mu.Unlock()
+}
+
+func (h *Handler) remove(c *heraldv1.Conn) {
+	h.mu.Lock()
+	delete(h.streams, c.Session().ID())
+	h.mu.Unlock()
+}
+
+// serveHijacked runs a stream whose connection was taken over: this goroutine reads the
+// connection, only to learn when the client goes away, and the session's writer runs only while
+// there is something to write. Every goroutine it started has ended before it calls done, which
+// gives the connection's slot back last.
+func (h *Handler) serveHijacked(s *session.Session, t *rawTransport, done func()) {
+	defer done()
+	ka := &keepalive{s: s, t: t, slow: t.slow}
+	ka.member = h.keepalives.Add(ka.beat)
+	s.Start(h.base)
+	t.awaitGone()
+	s.Lost("client went away")
+	s.Wait()
+	ka.stop()
 }
 
 // keepalive is one stream's keepalive: each beat of the wheel writes a comment line, in a
@@ -175,7 +229,8 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 // blocked writes no other.
 type keepalive struct {
 	s      *session.Session
-	t      *transport
+	t      interface{ comment() error }
+	slow   time.Duration // how long a keepalive write may block
 	member *heartbeat.Member
 
 	done     bool           // owned by beat: a keepalive failed, and the stream is ending
@@ -203,7 +258,7 @@ func (k *keepalive) beat() {
 		}
 		k.failed.Store(true)
 		if errors.Is(err, errBlocked) {
-			k.s.Close(session.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.t.slow))
+			k.s.Close(session.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.slow))
 		} else {
 			k.s.Lost("connection lost")
 		}
@@ -308,36 +363,7 @@ func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_ = t.rc.SetWriteDeadline(deadline)
-	b := t.buf[:0]
-	for i := range items {
-		it := &items[i]
-		switch {
-		case it.Kind == delivery.KindData && it.Key == t.urlSub && t.urlSub != "":
-			b = append(b, "id: "...)
-			b = append(b, it.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Pos...)
-			b = append(b, '\n')
-		case it.Kind == delivery.KindMarker && it.Marker != nil && it.Marker.Key == t.urlSub && t.urlSub != "":
-			b = append(b, "id: "...)
-			b = append(b, it.Marker.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Marker.Last...)
-			b = append(b, '\n')
-		case it.Kind == delivery.KindControl && it.Key == t.urlSub && t.urlSub != "" && it.Pos != "":
-			// The URL subscription's subscribed: its id lets a reconnect before any data resume
-			// from where the subscription started.
-			b = append(b, "id: "...)
-			b = append(b, it.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Pos...)
-			b = append(b, '\n')
-		}
-		b = append(b, "data: "...)
-		b = append(b, it.Head...)
-		b = append(b, it.Body...)
-		b = append(b, "\n\n"...)
-	}
+	b := appendEvents(t.buf[:0], items, t.urlSub)
 	t.buf = b
 	if n := len(items); n > 0 {
 		t.lastWasError = bytes.HasPrefix(items[n-1].Body, errorPrefix)
@@ -352,6 +378,41 @@ func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	}
 	t.clearDeadline()
 	return nil
+}
+
+// appendEvents appends items as SSE events: each frame one data line, with an id line when it
+// is about urlSub, the stream's URL subscription, at a position.
+func appendEvents(b []byte, items []delivery.Item, urlSub string) []byte {
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.Kind == delivery.KindData && it.Key == urlSub && urlSub != "":
+			b = append(b, "id: "...)
+			b = append(b, it.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Pos...)
+			b = append(b, '\n')
+		case it.Kind == delivery.KindMarker && it.Marker != nil && it.Marker.Key == urlSub && urlSub != "":
+			b = append(b, "id: "...)
+			b = append(b, it.Marker.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Marker.Last...)
+			b = append(b, '\n')
+		case it.Kind == delivery.KindControl && it.Key == urlSub && urlSub != "" && it.Pos != "":
+			// The URL subscription's subscribed: its id lets a reconnect before any data resume
+			// from where the subscription started.
+			b = append(b, "id: "...)
+			b = append(b, it.Key...)
+			b = append(b, ' ')
+			b = append(b, it.Pos...)
+			b = append(b, '\n')
+		}
+		b = append(b, "data: "...)
+		b = append(b, it.Head...)
+		b = append(b, it.Body...)
+		b = append(b, "\n\n"...)
+	}
+	return b
 }
 
 var (

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -102,9 +103,8 @@ type conn struct {
 	rerr      error                               // guarded by rmu: why reading ended, once it has
 	closeRcvd bool                                // guarded by rmu: the client's close frame was read
 
-	pingMu  sync.Mutex
-	pingSeq uint64        // guarded by pingMu: the number of the latest ping, which is its payload
-	pong    chan struct{} // guarded by pingMu: closed when the latest ping is answered
+	pingSent atomic.Uint64 // the number of the latest ping sent, which is its payload
+	pongSeq  atomic.Uint64 // the number of the latest ping answered
 
 	closeOnce sync.Once
 	shutOnce  sync.Once
@@ -116,16 +116,23 @@ var _ heraldv1.Carrier = (*conn)(nil)
 // newConn takes over nc, a hijacked connection whose upgrade has been answered. br is the
 // reader the upgrade read the request with: a client may have sent its first frames before the
 // answer, and br may hold them. Only those bytes are kept, not br, so an idle connection holds
-// no read buffer; frames are read from the socket as they come, a header and a payload at a
-// time.
+// only a small read buffer (readBufferSize), not net/http's.
 func newConn(nc net.Conn, br *bufio.Reader) *conn {
-	c := &conn{nc: nc, r: nc, wmu: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &conn{nc: nc, wmu: make(chan struct{}, 1), done: make(chan struct{})}
+	var r io.Reader = nc
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
-		c.r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc)
+		r = io.MultiReader(bytes.NewReader(bytes.Clone(b)), nc)
 	}
+	c.r = bufio.NewReaderSize(r, readBufferSize)
 	return c
 }
+
+// readBufferSize is the connection's read buffer: enough for a control frame whole (a pong is
+// 14 bytes: header, mask, payload) and a small request, so each takes one read(2) rather than
+// one for the header, one for the mask and one for the payload. A message larger than it is
+// read straight into its own slice.
+const readBufferSize = 256
 
 // lock takes the write lock, unless ctx ends or the connection closes first.
 func (c *conn) lock(ctx context.Context) error {
@@ -304,40 +311,34 @@ func (c *conn) closeWith(e *wire.Error, code wire.CloseCode) {
 	c.Close(code, e.Message)
 }
 
-// Ping sends a ping and waits for its pong. It fails with ctx's error when ctx ends first, and
-// with another once the connection has closed.
-func (c *conn) Ping(ctx context.Context) error {
-	c.pingMu.Lock()
-	c.pingSeq++
+// ping writes ping number n, whose payload is n, within ctx's deadline or maxWriteTime. It does
+// not wait for the pong: answered reports it once it has come.
+func (c *conn) ping(ctx context.Context, n uint64) error {
 	var p [8]byte
-	binary.BigEndian.PutUint64(p[:], c.pingSeq)
-	pong := make(chan struct{})
-	c.pong = pong
-	c.pingMu.Unlock()
-	if err := c.writeControl(ctx, ws.OpPing, p[:]); err != nil {
-		return err
-	}
-	select {
-	case <-pong:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-		return errClosed
-	}
+	binary.BigEndian.PutUint64(p[:], n)
+	c.pingSent.Store(n)
+	return c.writeControl(ctx, ws.OpPing, p[:])
 }
 
-// gotPong takes a pong: it answers the latest ping when it carries its payload. A pong for an
-// earlier ping, or one no ping asked for (RFC 6455 allows them), answers nothing.
+// answered is the number of the latest ping whose pong has come, 0 for none.
+func (c *conn) answered() uint64 { return c.pongSeq.Load() }
+
+// gotPong takes a pong: it answers ping n when it carries n's payload, and every ping before it
+// (a pong may answer only the latest of several pings, RFC 6455 section 5.5.3). A pong for no
+// ping sent, or one no ping asked for (RFC 6455 allows them), answers nothing.
 func (c *conn) gotPong(p []byte) {
 	if len(p) != 8 {
 		return
 	}
-	c.pingMu.Lock()
-	defer c.pingMu.Unlock()
-	if c.pong != nil && binary.BigEndian.Uint64(p) == c.pingSeq {
-		close(c.pong)
-		c.pong = nil
+	n := binary.BigEndian.Uint64(p)
+	if n == 0 || n > c.pingSent.Load() {
+		return
+	}
+	for {
+		old := c.pongSeq.Load()
+		if old >= n || c.pongSeq.CompareAndSwap(old, n) {
+			return
+		}
 	}
 }
 

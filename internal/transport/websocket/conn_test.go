@@ -364,8 +364,8 @@ func TestCloseIsNotHeldByAStuckWrite(t *testing.T) {
 	})
 }
 
-// TestPing: a ping is answered by the pong that carries its payload, not by an earlier ping's
-// or an unsolicited one, and fails once the connection closes.
+// TestPing: a ping is answered by the pong that carries its payload, not by an unsolicited
+// pong or one for a ping never sent, and a ping fails once the connection closes.
 func TestPing(t *testing.T) {
 	c, _, client := pipe(t)
 	pings := make(chan []byte, 4)
@@ -384,38 +384,44 @@ func TestPing(t *testing.T) {
 			}
 		}
 	}()
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		for {
 			if _, _, err := c.readMessage(64); err != nil {
 				return
 			}
 		}
 	}()
-	errs := make(chan error, 1)
-	go func() { errs <- c.Ping(t.Context()) }()
+	if err := c.ping(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
 	p := <-pings
-	// An unsolicited pong and a stale one answer nothing.
+	// An unsolicited pong and one for a ping not sent answer nothing; then a text message, so
+	// that once the reader has returned it, the pongs before it have been taken.
 	for _, pong := range [][]byte{[]byte("x"), {0, 0, 0, 0, 0, 0, 0, 9}} {
 		if _, err := client.Write(clientFrame(ws.OpPong, true, string(pong), false)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case err := <-errs:
-		t.Fatalf("Ping returned %v before its pong", err)
-	default:
-	}
 	if _, err := client.Write(clientFrame(ws.OpPong, true, string(p), false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errs; err != nil {
-		t.Errorf("Ping: %v, want nil once answered", err)
+	for deadline := time.Now().Add(10 * time.Second); c.answered() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("answered = %d, want 1 once its pong came", c.answered())
+		}
 	}
-	go func() { errs <- c.Ping(t.Context()) }()
-	<-pings
+	if _, err := client.Write(clientFrame(ws.OpPong, true, string([]byte{0, 0, 0, 0, 0, 0, 0, 9}), false)); err != nil {
+		t.Fatal(err)
+	}
 	c.shut()
-	if err := <-errs; err == nil {
-		t.Error("Ping succeeded on a closed connection")
+	<-read
+	if c.answered() != 1 {
+		t.Errorf("answered = %d after a pong for a ping never sent, want 1", c.answered())
+	}
+	if err := c.ping(t.Context(), 2); err == nil {
+		t.Error("a ping succeeded on a closed connection")
 	}
 }
 

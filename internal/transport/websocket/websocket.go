@@ -10,11 +10,13 @@
 //
 // ServeHTTP returns once the connection is upgraded, letting go of net/http's goroutine and its
 // buffers; the connection's own goroutine reads it from then on. A live connection holds that
-// goroutine and the session's writer and nothing else while it is idle, and no buffer: frames
-// are read straight from the socket, and written through a pooled buffer only while a write is
-// in progress. The pinger is a member of the handler's heartbeat wheel, which pings the
-// connections due in the same tick together, and each ping's wait for its pong is a goroutine
-// that lives for that round trip. Every goroutine a connection starts ends before the
+// goroutine and nothing else while it is idle (the session's writer runs only while there is
+// something to write), and a 256-byte read buffer: a control frame or a small request is one
+// read(2), a larger message is read straight into its own slice, and frames are written through
+// a pooled buffer only while a write is in progress. The pinger is a member of the handler's
+// heartbeat wheel, which pings the connections due in the same tick together; a ping is written
+// by a goroutine that lives for that write, and nothing waits for its pong: the reader records
+// it, and the next beat judges it. Every goroutine a connection starts ends before the
 // connection gives back its slot (the release Registry.Admit returned), which it does last.
 package websocket
 
@@ -53,7 +55,7 @@ type Config struct {
 	// ConnectTimeout is how long a client has to send connect after the upgrade. Default 10s.
 	ConnectTimeout time.Duration
 	// PingInterval is how often the server pings. Each ping is to be answered before the next
-	// is due; maxMissedPongs in a row unanswered close the connection. Default 25s.
+	// is due; maxMissedPongs in a row unanswered close the connection. Default 50s.
 	PingInterval time.Duration
 	Session      session.Config
 	Logger       *slog.Logger
@@ -76,7 +78,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = 25 * time.Second
+		cfg.PingInterval = 50 * time.Second
 	}
 	cfg.Session.PingInterval = cfg.PingInterval
 	if cfg.Session.MaxFrameBytes <= 0 {
@@ -152,7 +154,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
 	defer release()
 	defer t.Close(wire.CloseNormal, "")
-	c, untrack, ok := h.open(t, upgradeToken)
+	var (
+		c       *heraldv1.Conn
+		untrack func()
+		ok      bool
+	)
+	aside(func() { c, untrack, ok = h.open(t, upgradeToken) })
 	if !ok {
 		return
 	}
@@ -160,17 +167,13 @@ func (h *Handler) serve(t *conn, upgradeToken string, release func()) {
 	s := c.Session()
 
 	p := h.startPinger(s, t)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.Run(h.base)
-	}()
+	// The session's writer runs only while there is something to write: between writes this
+	// goroutine, the reader, is the connection's only one.
+	s.Start(h.base)
 	h.read(c, t)
 	s.Lost("connection closed")
-	wg.Wait()
-	// After the writer: it has closed the connection, so a ping in flight fails at once, and
-	// stopping sooner would cut the pong wait of a connection still writing its close.
+	s.Wait()
+	// After the writer: it has closed the connection, so a ping being written fails at once.
 	p.stop()
 }
 
@@ -292,8 +295,23 @@ func (h *Handler) read(c *heraldv1.Conn, t *conn) {
 		if !s.AwaitReplyRoom(h.base) {
 			return
 		}
-		c.HandleFrame(h.base, b)
+		aside(func() { c.HandleFrame(h.base, b) })
 	}
+}
+
+// aside runs f on a goroutine of its own and waits for it to return. The reader runs the
+// handshake (token verification) and the handling of each frame (a subscribe calls into the
+// hub or the router) this way, so that the stack they grow is let go when they return: the
+// reader itself, parked in a read for most of the connection's life, keeps the small stack the
+// read needs, instead of the largest any frame needed until the collector shrinks it a half at
+// a time. A client's frames are few; a goroutine each costs about a microsecond.
+func aside(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
 }
 
 // errBinary and errNotUTF8: a message that is not a frame, and cannot be answered as one.
@@ -346,7 +364,7 @@ const maxMissedPongs = 2
 // ClosePingTimeout once maxMissedPongs pings in a row went unanswered: a code whose reaction is
 // to reconnect, since a dead connection says nothing against the client.
 func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
-	p := newPinger(h.base, maxMissedPongs, c.Ping, func() {
+	p := newPinger(h.base, maxMissedPongs, c.ping, c.answered, func() {
 		s.Close(session.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
 	})
 	p.member = h.pings.Add(p.beat)
@@ -356,18 +374,19 @@ func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
 // pinger is one connection's liveness check. Each beat, an interval after the one before, first
 // judges the ping the last beat sent, which had until now for its pong, then sends the next:
 // after maxMissed unanswered in a row it calls dead and pings no more. It stops pinging, without
-// calling dead, once ctx ends or a ping fails otherwise (the connection is gone, and its reader
+// calling dead, once ctx ends or a ping's write fails (the connection is gone, and its reader
 // ends the session).
 //
-// A ping waits for its pong in a goroutine of its own, so a beat never blocks its wheel; that
-// goroutine lives for the round trip. The wait has no deadline of its own (no timer per ping):
-// the next beat judges the ping whether or not its pong came, and the pings of a connection
-// that never answers end with the connection, which the second missed pong closes. Pings are
-// numbered, so a pong that comes after its ping was judged is not taken for the next's.
+// Nothing waits for a pong: the reader records the latest one (conn.gotPong), and the next beat
+// compares it with the ping it judges. A ping is written by a goroutine that lives for that
+// write only, since a beat must not block its wheel and a write may (on a client that stopped
+// reading, until its deadline). Pings are numbered, so a pong that comes after its ping was
+// judged is not taken for the next's.
 type pinger struct {
 	ctx       context.Context
 	maxMissed int
-	ping      func(context.Context) error
+	ping      func(ctx context.Context, n uint64) error
+	answered  func() uint64 // the number of the latest ping answered
 	dead      func()
 	member    *heartbeat.Member
 
@@ -376,13 +395,13 @@ type pinger struct {
 	missed int    // judged unanswered in a row
 	done   bool   // dead was called, or the pinging ended
 
-	answered atomic.Uint64  // the highest number of a ping answered
-	failed   atomic.Bool    // a ping failed: the connection is gone, or ctx ended
-	inFlight sync.WaitGroup // pings awaiting their pongs
+	busy     atomic.Bool    // a ping is being written
+	failed   atomic.Bool    // a ping's write failed: the connection is gone, or ctx ended
+	inFlight sync.WaitGroup // the ping being written
 }
 
-func newPinger(ctx context.Context, maxMissed int, ping func(context.Context) error, dead func()) *pinger {
-	return &pinger{ctx: ctx, maxMissed: maxMissed, ping: ping, dead: dead}
+func newPinger(ctx context.Context, maxMissed int, ping func(context.Context, uint64) error, answered func() uint64, dead func()) *pinger {
+	return &pinger{ctx: ctx, maxMissed: maxMissed, ping: ping, answered: answered, dead: dead}
 }
 
 // beat judges the last ping and sends the next. It never blocks.
@@ -395,7 +414,7 @@ func (p *pinger) beat() {
 		return
 	}
 	if p.sent > 0 {
-		if p.answered.Load() == p.sent {
+		if p.answered() >= p.sent {
 			p.missed = 0
 		} else if p.missed++; p.missed >= p.maxMissed {
 			p.done = true
@@ -403,27 +422,26 @@ func (p *pinger) beat() {
 			return
 		}
 	}
+	// A ping whose write is still blocked (the client stopped reading) was not answered, and
+	// is judged again; no other is sent until it has gone out. The session's slow limit ends
+	// such a connection first.
+	if !p.busy.CompareAndSwap(false, true) {
+		return
+	}
 	p.sent++
 	n := p.sent
 	p.inFlight.Add(1)
 	go func() {
 		defer p.inFlight.Done()
-		if err := p.ping(p.ctx); err != nil {
+		defer p.busy.Store(false)
+		if err := p.ping(p.ctx, n); err != nil {
 			p.failed.Store(true)
-			return
-		}
-		// Pongs come in order, but the goroutines that wait for them may wake out of it.
-		for {
-			old := p.answered.Load()
-			if old >= n || p.answered.CompareAndSwap(old, n) {
-				return
-			}
 		}
 	}()
 }
 
-// stop ends the pinging and waits for the pings awaiting their pongs, which the caller ends by
-// closing the connection first. It may be called more than once.
+// stop ends the pinging and waits for a ping being written, which the caller ends by closing
+// the connection first. It may be called more than once.
 func (p *pinger) stop() {
 	if p.member != nil {
 		p.member.Stop()
