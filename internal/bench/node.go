@@ -20,9 +20,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/devpg"
 )
 
@@ -294,7 +294,7 @@ func PolicyTokens(secret string, tenants int) ([]string, error) {
 	exp := time.Now().Add(24 * time.Hour).Unix()
 	for k := range out {
 		org := "org_" + strconv.Itoa(k)
-		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "bench-" + org, "org_id": org, "exp": exp}).SignedString([]byte(secret))
+		tok, err := auth.SignHS256(secret, map[string]any{"sub": "bench-" + org, "org_id": org, "exp": exp})
 		if err != nil {
 			return nil, err
 		}
