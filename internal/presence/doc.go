@@ -5,13 +5,13 @@
 //
 // # Semantics
 //
-//   - A member is a connection's presence in one channel: its id is the identity's subject and
-//     the connection's id (MemberID), so one person on two devices is two members, and a
+//   - A member is a connection's presence in one channel: its id is the identity's subject, "/",
+//     and the connection's id (the session makes it), so one person on two devices is two members, and a
 //     connection that tracks a channel again replaces its own meta (a heartbeat that also
 //     updates it) rather than joining twice.
 //   - Meta is at most Config.MaxMetaBytes bytes, refused past it with meta_too_large; a channel
 //     holds at most Config.MaxMembers members, and a new member past it is refused with
-//     presence_full. A member that is already there may always replace its meta.
+//     presence_full (both are *fault.Error, for the protocol to send). A member that is already there may always replace its meta.
 //   - Every member has a deadline, Config.TTL after its last track or heartbeat. The node
 //     heartbeats the members its live connections hold, every TTL/3, so a member outlives its
 //     TTL only while its connection does; a member whose node stops beating expires and

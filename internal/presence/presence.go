@@ -54,7 +54,7 @@ type Store interface {
 const (
 	DefaultTTL          = 30 * time.Second
 	DefaultMaxMembers   = 256
-	DefaultMaxMetaBytes = 1024
+	DefaultMaxMetaBytes = 256
 )
 
 // Config configures presence. The zero value of every field means its default.
@@ -63,7 +63,8 @@ type Config struct {
 	TTL time.Duration
 	// MaxMembers is the most members a channel holds. Default 256.
 	MaxMembers int
-	// MaxMetaBytes bounds a member's meta, compacted. Default 1 KiB.
+	// MaxMetaBytes bounds a member's meta, compacted. Default 256 bytes: a roster of
+	// MaxMembers members travels as one control frame (see the server's check).
 	MaxMetaBytes int
 	Logger       *slog.Logger
 	Now          func() time.Time
@@ -101,9 +102,6 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// MemberID is the id of the member a connection conn of subject holds in a channel.
-func MemberID(subject, conn string) string { return subject + "/" + conn }
 
 // Presence is the presence of every channel on this node, over its Store. Safe for
 // concurrent use; Run is its one sweeper.
