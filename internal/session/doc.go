@@ -43,7 +43,9 @@
 // control lane, with the replies, not on the data lane: they are never replaced by a gap
 // marker, and a client that does not read them is closed as too slow, as for unread replies.
 // The server bounds a roster to half the control lane (config: presence.max_members times
-// presence.max_meta_bytes). A watch that fails ends the subscription with Codec.Ended. The
+// presence.max_meta_bytes). A watch that fails ends the subscription with Codec.Ended. A
+// refresh judges every tracked channel again by its presence rule and untracks each one the new
+// claims fail, with an unprompted Codec.Fault naming the channel. The
 // presence lock is taken before mu: a session calls into presence outside mu.
 //
 // # Concurrency

@@ -448,6 +448,44 @@ func (s *Session) recheck(id auth.Identity) {
 		su.unsubscribe()
 		s.lanes.Forget(su.key)
 	}
+	s.recheckPresence(id)
+}
+
+// recheckPresence judges every channel the connection tracks again by its presence rule, for a
+// refreshed identity's claims, and untracks each one they no longer allow (its leave goes to
+// the channel), telling the client with an unprompted error naming the channel.
+func (s *Session) recheckPresence(id auth.Identity) {
+	if s.deps.Policy == nil || s.deps.Presence == nil {
+		return
+	}
+	s.mu.Lock()
+	tracked := make(map[string]string, len(s.tracked))
+	for ch, m := range s.tracked {
+		tracked[ch] = m
+	}
+	s.mu.Unlock()
+	for ch, member := range tracked {
+		err := s.deps.Policy.Channel("presence", ch, "", id)
+		if err == nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.tracked[ch] != member {
+			s.mu.Unlock()
+			continue // untracked meanwhile
+		}
+		delete(s.tracked, ch)
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), untrackTimeout)
+		_, _ = s.deps.Presence.Untrack(ctx, ch, member)
+		cancel()
+		code := fault.CodeForbidden
+		if fe, ok := err.(*fault.Error); ok {
+			code = fe.Code
+		}
+		s.Send(s.cfg.Codec.Fault(nil, "", &fault.Error{Code: code, Field: "channel",
+			Message: fmt.Sprintf("this connection is no longer a member of channel %q's presence: the refreshed token's claims do not pass its presence rule", ch)}))
+	}
 }
 
 // Limits are what the session bounds, for a protocol to announce (herald.v1's welcome).

@@ -146,6 +146,60 @@ func TestPresenceOps(t *testing.T) {
 	}
 }
 
+// A refresh whose claims no longer pass a tracked channel's presence rule untracks it and
+// says so with an unprompted error naming the channel; the others stay.
+func TestPresenceRecheckedOnRefresh(t *testing.T) {
+	g := newGated()
+	close(g.gate)
+	fp := &fakePresence{members: map[string]stream.Member{}}
+	s, err := New(Config{Codec: wire.Codec{}},
+		Deps{Channels: fakeChannels{}, Policy: roomPresence{}, Presence: fp, Verifier: fixedVerifier{}}, g,
+		auth.Identity{Subject: "u", Claims: map[string]any{"room": "a/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx)
+	defer func() { cancel(); <-s.Done() }()
+	for _, ch := range []string{"a/1", "b/1"} {
+		if _, err := s.Track(ctx, ch, nil); err != nil && ch == "a/1" {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Refresh("b/"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g.mu.Lock()
+		got := strings.Join(g.frames, "\n")
+		g.mu.Unlock()
+		if strings.Contains(got, `"code":"forbidden"`) && strings.Contains(got, `\"a/1\"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("frames %s; want an unprompted forbidden naming a/1", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if len(fp.members) != 0 || len(fp.untracks) != 1 {
+		t.Fatalf("members %v, untracks %v; want a/1 untracked", fp.members, fp.untracks)
+	}
+}
+
+// roomPresence allows presence on channels under the identity's room claim.
+type roomPresence struct{}
+
+func (roomPresence) Channel(action, ch, _ string, id auth.Identity) error {
+	room, _ := id.Claims["room"].(string)
+	if room != "" && strings.HasPrefix(ch, room) {
+		return nil
+	}
+	return &fault.Error{Code: fault.CodeForbidden, Message: "no"}
+}
+
 // A presence subscription needs presence served; without it the subscribe is refused.
 func TestPresenceNotServed(t *testing.T) {
 	s, err := New(Config{Codec: wire.Codec{}}, Deps{Channels: fakeChannels{}}, newGated(), auth.Identity{Subject: "u"})
