@@ -141,7 +141,8 @@ func (p *Presence) Track(ctx context.Context, channel string, m Member) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	joined, err := p.store.Track(ctx, channel, m, p.cfg.Now(), p.cfg.TTL, p.cfg.MaxMembers)
+	// A member that replaced its meta is announced as a join too: subscribers replace it by id.
+	_, err := p.store.Track(ctx, channel, m, p.cfg.Now(), p.cfg.TTL, p.cfg.MaxMembers)
 	switch {
 	case errors.Is(err, ErrFull):
 		return &fault.Error{Code: fault.CodePresenceFull, Field: "channel",
@@ -150,7 +151,6 @@ func (p *Presence) Track(ctx context.Context, channel string, m Member) error {
 		p.cfg.Logger.Warn("presence: track failed", "channel", channel, "err", err)
 		return &fault.Error{Code: fault.CodeUnavailable, Message: "presence could not be recorded; try again later"}
 	}
-	_ = joined // a replaced meta is announced as a join too: subscribers replace the member
 	if p.local[channel] == nil {
 		p.local[channel] = make(map[string]Member)
 	}
