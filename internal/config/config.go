@@ -8,6 +8,7 @@ import (
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/policy"
+	"github.com/heraldrt/herald/internal/presence"
 )
 
 // Config is everything `herald serve` is configured with. Each field's yaml tag is its key; the
@@ -38,6 +39,7 @@ type Config struct {
 	AuthSection       AuthSection       `yaml:"auth"`
 	API               APISection        `yaml:"api"`
 	Channels          ChannelsSection   `yaml:"channels"`
+	Presence          PresenceSection   `yaml:"presence"`
 	Limits            LimitsSection     `yaml:"limits"`
 	ChangefeedSection ChangefeedSection `yaml:"changefeed"`
 	PolicySection     PolicySection     `yaml:"policy"`
@@ -80,6 +82,16 @@ type APISection struct {
 type ChannelsSection struct {
 	// ClientPublish lets clients publish over their socket, not only the server's API.
 	ClientPublish bool `yaml:"client_publish"`
+}
+
+// PresenceSection configures channel presence: the presence.* keys. See presence.Config.
+type PresenceSection struct {
+	// TTL is how long a member outlives its node's last heartbeat (every TTL/3).
+	TTL time.Duration `yaml:"ttl"`
+	// MaxMembers is the most members one channel's presence holds.
+	MaxMembers int `yaml:"max_members"`
+	// MaxMetaBytes bounds a member's meta, compacted.
+	MaxMetaBytes Size `yaml:"max_meta_bytes"`
 }
 
 // LimitsSection bounds what one node and one connection may use: the limits.* keys.
@@ -159,6 +171,11 @@ func Default() *Config {
 		AuthSection: AuthSection{
 			Leeway: auth.DefaultLeeway,
 		},
+		Presence: PresenceSection{
+			TTL:          presence.DefaultTTL,
+			MaxMembers:   presence.DefaultMaxMembers,
+			MaxMetaBytes: presence.DefaultMaxMetaBytes,
+		},
 		Limits: LimitsSection{
 			MaxConnections:    10000,
 			FDReserve:         256,
@@ -187,6 +204,11 @@ func Default() *Config {
 			MaxCost: policy.DefaultMaxCost,
 		},
 	}
+}
+
+// PresenceConfig returns presence's Config. The caller sets Logger.
+func (c *Config) PresenceConfig() presence.Config {
+	return presence.Config{TTL: c.Presence.TTL, MaxMembers: c.Presence.MaxMembers, MaxMetaBytes: int(c.Presence.MaxMetaBytes)}
 }
 
 // ChangefeedEnabled reports whether a database is configured to stream from.

@@ -72,6 +72,10 @@ api:
   keys: [` + testAPIKey + `]
 channels:
   client_publish: true
+presence:
+  ttl: 12s
+  max_members: 9
+  max_meta_bytes: 300
 limits:
   max_connections: 500
   fd_reserve: 100
@@ -138,6 +142,7 @@ func fullConfig() *Config {
 		},
 		API:      APISection{Keys: []string{testAPIKey}},
 		Channels: ChannelsSection{ClientPublish: true},
+		Presence: PresenceSection{TTL: 12 * time.Second, MaxMembers: 9, MaxMetaBytes: 300},
 		Limits: LimitsSection{
 			MaxConnections: 500, MaxSubscriptions: 7, FDReserve: 100, ListenBacklog: 512,
 			MaxFrameBytes: 32 * KiB, MaxPublishBytes: 16 * KiB,

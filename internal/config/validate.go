@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/changefeed"
@@ -27,7 +28,7 @@ var (
 // is checked in file order; auth and changefeed settings are checked by those packages'
 // Validate, and their errors carried over with the key and variable to change.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChangefeed, c.checkPolicy} {
+	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkPresence, c.checkChangefeed, c.checkPolicy} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -191,6 +192,34 @@ func (c *Config) checkLimits() error {
 			return c.bad(k.Name, fmt.Sprintf("is %s, smaller than %s (%s): %s", lane.bytes, lane.against.Name, lane.min, lane.why),
 				k.fix("at least "+lane.min.String(), exampleFor(k))+fmt.Sprintf(", or lower %s (%s)", lane.against.Name, lane.against.Env))
 		}
+	}
+	return nil
+}
+
+// RosterMemberOverhead is what a roster frame spends on one member beside its meta (its id,
+// subject and keys), as the bound on a roster's size counts it.
+const RosterMemberOverhead = 256
+
+// checkPresence refuses a TTL too short to heartbeat within, and a roster that could not be
+// queued: a roster goes as one reply, so max_members of the largest meta must fit in half the
+// control lane, leaving the other half to the connection's other replies.
+func (c *Config) checkPresence() error {
+	p := c.Presence
+	if p.TTL < time.Second {
+		k := mustKey("presence.ttl")
+		return c.bad(k.Name, fmt.Sprintf("is %s, shorter than 1s: the node renews its members every ttl/3", p.TTL), k.fix("at least 1s", exampleFor(k)))
+	}
+	if p.MaxMetaBytes < 2 {
+		k := mustKey("presence.max_meta_bytes")
+		return c.bad(k.Name, fmt.Sprintf("is %s, too small for any meta ({} is 2 bytes)", p.MaxMetaBytes), k.fix("at least 2", exampleFor(k)))
+	}
+	roster := Size(p.MaxMembers) * (p.MaxMetaBytes + RosterMemberOverhead)
+	if half := c.Limits.ControlLaneBytes / 2; roster > half {
+		k, lane := mustKey("presence.max_members"), mustKey("limits.control_lane_bytes")
+		return c.bad(k.Name, fmt.Sprintf("times presence.max_meta_bytes (%s) plus %d bytes a member is %s, more than half of %s (%s): a full roster could not be queued",
+			p.MaxMetaBytes, RosterMemberOverhead, roster, lane.Name, c.Limits.ControlLaneBytes),
+			k.fix(fmt.Sprintf("at most %d", int64(half)/int64(p.MaxMetaBytes+RosterMemberOverhead)), exampleFor(k))+
+				fmt.Sprintf(", or lower presence.max_meta_bytes (%s), or raise %s (%s)", mustKey("presence.max_meta_bytes").Env, lane.Name, lane.Env))
 	}
 	return nil
 }

@@ -121,6 +121,14 @@ func TestValidate(t *testing.T) {
 		{name: "weak auth over weak TLS", change: func(c *Config) {
 			c.ChangefeedSection.DatabaseURL = "postgres://herald:" + testDBPass + "@db/app?sslmode=prefer&require_auth=password"
 		}, wantKey: "changefeed.database_url", wantDetail: "require_auth"},
+		{name: "presence ttl under a second", change: func(c *Config) { c.Presence.TTL = 500 * time.Millisecond },
+			wantKey: "presence.ttl", wantDetail: "shorter than 1s"},
+		{name: "presence roster past the control lane", change: func(c *Config) {
+			c.Presence.MaxMembers, c.Presence.MaxMetaBytes, c.Limits.ControlLaneBytes = 1000, KiB, 256*KiB
+		}, wantKey: "presence.max_members", wantDetail: "could not be queued", wantFix: []string{"at most 102", "HERALD_LIMITS_CONTROL_LANE_BYTES"}},
+		{name: "presence roster just fits", change: func(c *Config) {
+			c.Presence.MaxMembers, c.Presence.MaxMetaBytes, c.Limits.ControlLaneBytes = 256, 256, 256*KiB
+		}},
 		{name: "key=value database URL", change: func(c *Config) {
 			c.ChangefeedSection.DatabaseURL = "host=db user=herald password=" + testDBPass + " dbname=app sslmode=verify-full"
 		}},

@@ -66,6 +66,9 @@ const (
 	CodePolicyError Code = "policy_error"
 	// CodeInternal (500): a server bug or an unexpected failure.
 	CodeInternal Code = "internal"
+	// CodePresenceFull (429): a channel's presence already holds its most members
+	// (presence.max_members); a member that is already there may still update its meta.
+	CodePresenceFull Code = "presence_full"
 	// CodeUnavailable (503): a dependency is down (the changefeed, the store), or the node is too
 	// busy to take a publication (its fan-out queue stayed full); try again later.
 	CodeUnavailable Code = "unavailable"
@@ -94,6 +97,7 @@ var codeStatus = map[Code]int{
 	CodePolicyError:           500,
 	CodeInternal:              500,
 	CodeUnavailable:           503,
+	CodePresenceFull:          429,
 }
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them, for metrics that
@@ -105,6 +109,7 @@ func Codes() []Code {
 		CodeDuplicateSubscription, CodeTooManySubscriptions, CodeTooManyConnections,
 		CodeRateLimited, CodeTooSlow, CodeBadFilter, CodeUnknownTable, CodeUnknownColumn, CodeBadPosition,
 		CodePublishNotAllowed, CodeNotImplemented, CodePolicyError, CodeInternal, CodeUnavailable,
+		CodePresenceFull,
 	}
 }
 

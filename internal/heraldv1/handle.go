@@ -122,6 +122,19 @@ func (c *Conn) handle(ctx context.Context, f wire.Frame) {
 			return
 		}
 		c.Send(&wire.Published{ID: f.ID, Pos: pos})
+	case *wire.Track:
+		member, err := c.s.Track(ctx, f.Channel, f.Meta)
+		if err != nil {
+			c.Send(errorFrame(f.ID, err, "channel"))
+			return
+		}
+		c.Send(&wire.Tracked{ID: f.ID, Channel: f.Channel, Member: member})
+	case *wire.Untrack:
+		if err := c.s.Untrack(ctx, f.Channel); err != nil {
+			c.Send(errorFrame(f.ID, err, "channel"))
+			return
+		}
+		c.Send(&wire.Untracked{ID: f.ID, Channel: f.Channel})
 	case *wire.Ping:
 		c.Send(&wire.Pong{ID: f.ID})
 	case *wire.Ack:
@@ -147,7 +160,7 @@ func (c *Conn) subscribe(ctx context.Context, f *wire.Subscribe) *wire.Error {
 			Message: `mode "single" (acknowledged delivery) is reserved in protocol v1 and not served yet; use "broadcast"`}
 	}
 	err := c.s.Subscribe(ctx, session.SubscribeRequest{Ref: f.ID, Sub: f.Sub, Table: f.Table, Filter: f.Filter,
-		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From})
+		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence})
 	if err != nil {
 		return errorFrame(f.ID, err, "channel")
 	}
@@ -184,6 +197,10 @@ func idOf(f wire.Frame) string {
 	case *wire.Ping:
 		return f.ID
 	case *wire.Ack:
+		return f.ID
+	case *wire.Track:
+		return f.ID
+	case *wire.Untrack:
 		return f.ID
 	}
 	return ""

@@ -40,6 +40,7 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		Auth:         c.Auth(),
 		Policy:       c.Policy(),
 		PolicyConfig: c.PolicyConfig(),
+		Presence:     c.PresenceConfig(),
 		Logger:       log,
 	}
 }

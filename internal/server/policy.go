@@ -79,8 +79,11 @@ func (g *gate) load(ctx context.Context, schema router.Schema) error {
 // Channel is the sessions' Policy: a channel subscription or a client's publication.
 func (g *gate) Channel(action, ch, event string, id auth.Identity) error {
 	name := policy.RuleSubscribe
-	if action == "publish" {
+	switch action {
+	case "publish":
 		name = policy.RulePublish
+	case "presence":
+		name = policy.RulePresence
 	}
 	d, err := g.p.Channel(name, ch, policy.NewClaims(id.Claims), event)
 	switch d {
@@ -97,8 +100,11 @@ func (g *gate) Channel(action, ch, event string, id auth.Identity) error {
 			Err:     err}
 	}
 	verb := "subscribe to"
-	if name == policy.RulePublish {
+	switch name {
+	case policy.RulePublish:
 		verb = "publish on"
+	case policy.RulePresence:
+		verb = "track presence on"
 	}
 	return &fault.Error{Code: fault.CodeForbidden, Field: "channel",
 		Message: fmt.Sprintf("no policy rule lets this identity %s channel %q", verb, ch)}

@@ -29,8 +29,10 @@ import (
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/policy"
+	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/store/memory"
 	"github.com/heraldrt/herald/internal/transport/sse"
 	"github.com/heraldrt/herald/internal/transport/websocket"
 	"github.com/heraldrt/herald/internal/wire"
@@ -72,6 +74,9 @@ type Config struct {
 	// or published on. PolicyConfig bounds each evaluation.
 	Policy       policy.Rules
 	PolicyConfig policy.Config
+	// Presence configures channel presence (the presence.* keys); its store is this node's
+	// memory.
+	Presence presence.Config
 	// Ready, when set, is asked by /readyz: nil means ready, an error says why not.
 	Ready  func() error
 	Logger *slog.Logger
@@ -109,6 +114,7 @@ type Server struct {
 	verifier *auth.Verifier
 	bus      *bus.Memory
 	channels *channels
+	presence *presence.Presence
 	tables   *tables // nil without a changefeed
 	policy   *gate
 	// policyFailed carries the error that stopped the policy's compilation once the stream
@@ -154,12 +160,21 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	pcfg := cfg.Presence
+	if pcfg.Logger == nil {
+		pcfg.Logger = cfg.Logger
+	}
+	pres, err := presence.New(pcfg, memory.NewPresence())
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		verifier: v,
 		bus:      b,
 		channels: chans,
+		presence: pres,
 		sessions: map[*session.Session]struct{}{},
 		closes:   map[wire.CloseCode]uint64{},
 		stopping: make(chan struct{}),
@@ -344,7 +359,12 @@ func (s *Server) Run(ctx context.Context) error {
 	// that tells clients to reconnect elsewhere, before their I/O is cut.
 	base, stopBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBase()
-	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy}
+	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence}}
+	// Presence's one sweeper: it stops once the sessions have (they untrack as they close).
+	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
+	swept := make(chan struct{})
+	go func() { defer close(swept); s.presence.Run(sweepCtx) }()
+	defer func() { stopSweep(); <-swept }()
 	if s.tables != nil {
 		deps.Tables = s.tables
 	}

@@ -1,7 +1,8 @@
 // Package session is one client connection, whatever protocol it speaks and whatever carries
 // it: its identity, its subscriptions, its lanes, and the writer that drains them onto its
 // Transport. It speaks in typed operations (Subscribe, Unsubscribe, Publish, Refresh) that a
-// protocol's package calls once it has decoded a request (internal/heraldv1 for herald.v1),
+// protocol's package calls once it has decoded a request (internal/heraldv1 for herald.v1;
+// also Track and Untrack for presence),
 // returning typed results and client-facing refusals (*fault.Error) for the protocol to encode.
 // The core writes no protocol's bytes itself: it imports no protocol package. What it must queue
 // on its own (a subscription's reply that it is live, ahead of its data; the token's expiring
@@ -30,6 +31,22 @@
 // producer is preceded, once per subscription, by an error naming the rule (Codec.Fault with
 // the sub), so a rule that fails on every change does not flood the control lane: the gaps
 // themselves merge in the lanes.
+//
+// # Presence
+//
+// Track and Untrack make the connection a member of a channel's presence (Deps.Presence), after
+// the channel's presence rule (Deps.Policy, action "presence"); the session keeps the channels
+// it tracks, at most MaxSubscriptions, in tracked (under mu), and untracks them all when it
+// ends (finish, Abort), so their leaves go out at once. A channel subscription with Presence
+// is watched once its subscribed reply is queued: the roster, then the joins and leaves, come
+// as stream items whose frames (Codec.PresenceHead and the shared body) are queued on the
+// control lane, with the replies, not on the data lane: they are never replaced by a gap
+// marker, and a client that does not read them is closed as too slow, as for unread replies.
+// The server bounds a roster to half the control lane (config: presence.max_members times
+// presence.max_meta_bytes). A watch that fails ends the subscription with Codec.Ended. A
+// refresh judges every tracked channel again by its presence rule and untracks each one the new
+// claims fail, with an unprompted Codec.Fault naming the channel. The
+// presence lock is taken before mu: a session calls into presence outside mu.
 //
 // # Concurrency
 //

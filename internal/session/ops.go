@@ -32,6 +32,9 @@ type SubscribeRequest struct {
 
 	Channel string // a channel name, or a pattern
 	Event   string // an event-name filter; empty: every event
+	// Presence asks for the channel's presence too: a roster after the reply, then joins and
+	// leaves. One channel only, which the protocol checked.
+	Presence bool
 
 	// From resumes after this position, the last the client received; zero starts at the
 	// stream's head. Its kind matches the subscription's: the protocol checked it.
@@ -58,6 +61,8 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		}
 	} else if s.deps.Channels == nil {
 		return &fault.Error{Code: fault.CodeUnavailable, Message: "this server does not serve channels"}
+	} else if r.Presence && s.deps.Presence == nil {
+		return &fault.Error{Code: fault.CodeUnavailable, Field: "presence", Message: "this server does not serve presence; subscribe without it"}
 	}
 	r.Identity = s.Identity()
 	if r.Table == "" && s.deps.Policy != nil {
@@ -134,7 +139,6 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		unsubscribe()
 		return nil
 	}
-	defer s.mu.Unlock()
 	su.unsubscribe, su.recheck = unsubscribe, recheck
 	pos := head
 	if !r.From.IsZero() {
@@ -153,7 +157,130 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		s.lanes.Gap(su.key, g.first, g.last, g.count, stream.ReasonLaneFull)
 	}
 	su.buffered, su.bufferedBytes, su.overflow, su.pending = nil, 0, nil, false
+	s.mu.Unlock()
+	if r.Presence {
+		s.watchPresence(ctx, su, r.Channel)
+	}
 	return nil
+}
+
+// watchPresence makes su, whose subscribed reply is queued, a presence subscriber of channel:
+// the roster follows the reply on the control lane, then the joins and leaves. Outside mu: the
+// presence lock is taken before a session's. A watch that fails ends the subscription with an
+// unprompted unsubscribed saying why, as a refresh that no longer allows it would.
+func (s *Session) watchPresence(ctx context.Context, su *subscription, channel string) {
+	unwatch, err := s.deps.Presence.Watch(ctx, channel, s, su.sub)
+	s.mu.Lock()
+	if err == nil && s.subs[su.sub] == su {
+		prev := su.unsubscribe
+		su.unsubscribe = func() { prev(); unwatch() }
+		s.mu.Unlock()
+		return
+	}
+	if err == nil {
+		s.mu.Unlock()
+		unwatch() // ended meanwhile
+		return
+	}
+	ended := s.subs[su.sub] == su
+	if ended {
+		delete(s.subs, su.sub)
+		fe, ok := err.(*fault.Error)
+		if !ok {
+			fe = &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; subscribe again later"}
+		}
+		s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
+	}
+	s.mu.Unlock()
+	if ended {
+		su.unsubscribe()
+		s.lanes.Forget(su.key)
+	}
+}
+
+// Track makes this connection a member of channel's presence with meta (compact JSON, or nil),
+// or replaces its meta there, and returns its member id: the identity's subject and the
+// session's id. The channel's presence rule decides first; a connection tracks at most
+// MaxSubscriptions channels.
+func (s *Session) Track(ctx context.Context, channel string, meta json.RawMessage) (member string, err error) {
+	if s.deps.Presence == nil {
+		return "", &fault.Error{Code: fault.CodeUnavailable, Message: "this server does not serve presence"}
+	}
+	id := s.Identity()
+	if s.deps.Policy != nil {
+		if err := s.deps.Policy.Channel("presence", channel, "", id); err != nil {
+			return "", err
+		}
+	}
+	member = id.Subject + "/" + s.id
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return "", &fault.Error{Code: fault.CodeUnavailable, Message: "the connection is closing"}
+	case s.tracked[channel] == "" && len(s.tracked) >= s.cfg.MaxSubscriptions:
+		s.mu.Unlock()
+		return "", &fault.Error{Code: fault.CodeTooManySubscriptions, Field: "channel",
+			Message: fmt.Sprintf("this connection tracks %d channels, the most it may (limits.max_subscriptions); untrack one first", s.cfg.MaxSubscriptions)}
+	}
+	if s.tracked == nil {
+		s.tracked = make(map[string]string)
+	}
+	// Recorded before the store is asked, so a close meanwhile untracks it; forgotten again
+	// if the store refuses a new member.
+	_, had := s.tracked[channel]
+	s.tracked[channel] = member
+	s.mu.Unlock()
+	if err := s.deps.Presence.Track(ctx, channel, stream.Member{ID: member, Subject: id.Subject, Meta: meta}); err != nil {
+		if !had {
+			s.mu.Lock()
+			if s.tracked != nil {
+				delete(s.tracked, channel)
+			}
+			s.mu.Unlock()
+		}
+		return "", err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		// The session ended while the store was asked: its untrack may have run first.
+		_, _ = s.deps.Presence.Untrack(context.WithoutCancel(ctx), channel, member)
+	}
+	return member, nil
+}
+
+// Untrack ends this connection's membership of channel's presence; not_found when it has none.
+func (s *Session) Untrack(ctx context.Context, channel string) error {
+	s.mu.Lock()
+	member, ok := s.tracked[channel]
+	delete(s.tracked, channel)
+	s.mu.Unlock()
+	if !ok || s.deps.Presence == nil {
+		return &fault.Error{Code: fault.CodeNotFound, Field: "channel",
+			Message: fmt.Sprintf("this connection is not a member of channel %q's presence", channel)}
+	}
+	_, err := s.deps.Presence.Untrack(ctx, channel, member)
+	return err
+}
+
+// untrackTimeout bounds how long a closing session spends untracking its members; past it, a
+// member the store did not hear about expires by its TTL.
+const untrackTimeout = 5 * time.Second
+
+// untrackAll untracks every member of a session that has ended, so its leaves go out now.
+func (s *Session) untrackAll(tracked map[string]string) {
+	if len(tracked) == 0 || s.deps.Presence == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), untrackTimeout)
+	defer cancel()
+	for channel, member := range tracked {
+		if _, err := s.deps.Presence.Untrack(ctx, channel, member); err != nil {
+			s.log.Warn("presence: untrack at close failed; the member expires by its TTL", "channel", channel, "err", err)
+		}
+	}
 }
 
 // checkFrom refuses a from that cannot be honoured: a channel position on a pattern that spans
@@ -320,6 +447,44 @@ func (s *Session) recheck(id auth.Identity) {
 		s.mu.Unlock()
 		su.unsubscribe()
 		s.lanes.Forget(su.key)
+	}
+	s.recheckPresence(id)
+}
+
+// recheckPresence judges every channel the connection tracks again by its presence rule, for a
+// refreshed identity's claims, and untracks each one they no longer allow (its leave goes to
+// the channel), telling the client with an unprompted error naming the channel.
+func (s *Session) recheckPresence(id auth.Identity) {
+	if s.deps.Policy == nil || s.deps.Presence == nil {
+		return
+	}
+	s.mu.Lock()
+	tracked := make(map[string]string, len(s.tracked))
+	for ch, m := range s.tracked {
+		tracked[ch] = m
+	}
+	s.mu.Unlock()
+	for ch, member := range tracked {
+		err := s.deps.Policy.Channel("presence", ch, "", id)
+		if err == nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.tracked[ch] != member {
+			s.mu.Unlock()
+			continue // untracked meanwhile
+		}
+		delete(s.tracked, ch)
+		s.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), untrackTimeout)
+		_, _ = s.deps.Presence.Untrack(ctx, ch, member)
+		cancel()
+		code := fault.CodeForbidden
+		if fe, ok := err.(*fault.Error); ok {
+			code = fe.Code
+		}
+		s.Send(s.cfg.Codec.Fault(nil, "", &fault.Error{Code: code, Field: "channel",
+			Message: fmt.Sprintf("this connection is no longer a member of channel %q's presence: the refreshed token's claims do not pass its presence rule", ch)}))
 	}
 }
 

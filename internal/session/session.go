@@ -42,6 +42,18 @@ type Channels interface {
 	Publish(channel, event string, data json.RawMessage) (stream.Position, error)
 }
 
+// Presence is channel presence as a session uses it (presence.Presence).
+type Presence interface {
+	// Track makes m a member of channel, or replaces its meta. A refusal is a *fault.Error:
+	// frame_too_large on meta, presence_full, unavailable.
+	Track(ctx context.Context, channel string, m stream.Member) error
+	// Untrack removes member id from channel; ok is false when it was not there.
+	Untrack(ctx context.Context, channel, id string) (ok bool, err error)
+	// Watch pushes channel's roster to r for sub at once, then its joins and leaves, until
+	// unwatch.
+	Watch(ctx context.Context, channel string, r stream.Receiver, sub string) (unwatch func(), err error)
+}
+
 // Tables is the table router as a session uses it.
 type Tables interface {
 	// Subscribe validates and attaches a table subscription. A from past the end of the
@@ -83,13 +95,16 @@ type Codec interface {
 	// Ended appends the unprompted reply that the server ended subscription sub, for e (a
 	// refresh whose claims no longer allow it).
 	Ended(dst []byte, sub string, e *fault.Error) []byte
+	// PresenceHead is the per-subscription prefix of sub's presence frames of kind; the
+	// item's shared body (stream.Encoder) follows it.
+	PresenceHead(sub string, kind stream.PresenceKind) []byte
 }
 
 // Policy is the policy gate as a session asks it about channels; table subscriptions ask
 // their producer (Tables), which knows the tables' columns.
 type Policy interface {
 	// Channel decides whether identity id may take action on a channel: "subscribe" (a
-	// channel or a pattern) or "publish" (a channel, with event). nil allows; a refusal is
+	// channel or a pattern), "publish" (a channel, with event) or "presence" (a channel). nil allows; a refusal is
 	// a *fault.Error: forbidden, or policy_error for a rule that could not decide.
 	Channel(action, channel, event string, id auth.Identity) error
 }
@@ -202,6 +217,8 @@ type Deps struct {
 	// tests of the session alone; a server always sets it, and a channel without rules is
 	// closed).
 	Policy Policy
+	// Presence serves track, untrack and presence subscriptions. nil: presence is not served.
+	Presence Presence
 }
 
 // Session is one client connection.
@@ -220,6 +237,9 @@ type Session struct {
 	closed   bool                     // guarded by mu: no subscription may be added
 
 	gen uint64 // guarded by mu: subscriptions made, for lane keys
+	// tracked is the channels this connection is a member of, channel -> member id: at most
+	// MaxSubscriptions. Guarded by mu; untracked when the session ends.
+	tracked map[string]string
 	// life ends when the session starts to close: what the session asks of others on the
 	// client's behalf (a subscribe's catalog lookup) is not worth finishing after that.
 	life         context.Context
@@ -430,6 +450,15 @@ func (s *Session) pushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
 		s.mu.Unlock()
 		return // unsubscribed while the producer was delivering
 	}
+	if p := it.Presence; p != nil {
+		// Presence frames go with the replies (see doc.go, Presence): a watch starts only once
+		// the subscribed reply is queued, so there is no pending state to keep them in.
+		key := su.key
+		s.mu.Unlock()
+		b := append(s.cfg.Codec.PresenceHead(sub, p.Kind), it.Encoded(s.cfg.Codec)...)
+		s.sendAt(key, "", b)
+		return
+	}
 	if su.pending {
 		su.buffer(it, s.cfg.Lanes.MaxDataFrames, s.cfg.Lanes.MaxDataBytes, s.cfg.Codec)
 		s.mu.Unlock()
@@ -571,6 +600,8 @@ func (s *Session) Abort() {
 	s.closed = true
 	subs := s.subs
 	s.subs = map[string]*subscription{}
+	tracked := s.tracked
+	s.tracked = nil
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}
@@ -578,6 +609,7 @@ func (s *Session) Abort() {
 	for _, su := range subs {
 		su.unsubscribe()
 	}
+	s.untrackAll(tracked)
 	s.lanes.Close()
 	s.disarmStall()
 	s.endTimers()
@@ -752,6 +784,8 @@ func (s *Session) finish(b *delivery.Batch) {
 	s.closed = true
 	subs := s.subs
 	s.subs = map[string]*subscription{}
+	tracked := s.tracked
+	s.tracked = nil
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}
@@ -759,6 +793,7 @@ func (s *Session) finish(b *delivery.Batch) {
 	for _, su := range subs {
 		su.unsubscribe()
 	}
+	s.untrackAll(tracked)
 	s.disarmStall()
 	b.Reset() // hold no frame in the pool
 	s.endTimers()

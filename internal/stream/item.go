@@ -116,14 +116,40 @@ type Gap struct {
 	Rule string
 }
 
-// Item is one thing a subscription's stream carries: exactly one of Change, Message and Gap.
-// Producers build it once, with NewChange, NewMessage or NewGap, and hand the same Item to
+// PresenceKind is what a presence event says.
+type PresenceKind string
+
+const (
+	PresenceRoster PresenceKind = "roster" // every member of the channel, ordered by id
+	PresenceJoin   PresenceKind = "join"   // a member arrived, or replaced its meta
+	PresenceLeave  PresenceKind = "leave"  // a member went: untracked, disconnected or expired
+)
+
+// Member is one member of a channel's presence.
+type Member struct {
+	ID      string          // unique in the channel: the subject and the connection
+	Subject string          // the identity's subject; "" for an anonymous one
+	Meta    json.RawMessage // the member's meta, compact JSON; nil when it has none
+}
+
+// Presence is a presence event on Channel: the roster (Members is every member), or a join or
+// leave (Members is the one member; a leave's has no Meta).
+type Presence struct {
+	Channel string
+	Kind    PresenceKind
+	Members []Member
+}
+
+// Item is one thing a subscription's stream carries: exactly one of Change, Message, Gap and
+// Presence. Producers build it once, with NewChange, NewMessage, NewGap or NewPresence, and hand the same Item to
 // every subscription it reaches; nobody modifies it after. Its encodings are kept beside it,
 // one per codec, so each protocol encodes it once however many connections receive it.
 type Item struct {
 	Change  *Change
 	Message *Message
 	Gap     *Gap
+	// Presence is a channel's roster, or a member's join or leave: it has no position.
+	Presence *Presence
 
 	pos     string // Position's text form, computed once
 	encoded [MaxCodecs]atomic.Pointer[[]byte]
@@ -138,6 +164,11 @@ func NewMessage(m *Message) *Item { return &Item{Message: m, pos: m.Pos.String()
 
 // NewGap returns the item of a gap.
 func NewGap(g *Gap) *Item { return &Item{Gap: g, pos: g.Last.String()} }
+
+// NewPresence makes a presence event's item. It has no position: a presence subscriber's
+// state is the last roster and the events after it, and a lost one is repaired by a new
+// roster (subscribe again), not by a position.
+func NewPresence(p *Presence) *Item { return &Item{Presence: p} }
 
 // MaxCodecs bounds the protocols an Item keeps encodings for.
 const MaxCodecs = 4

@@ -37,6 +37,7 @@ const (
 	CodePolicyError           = fault.CodePolicyError
 	CodeInternal              = fault.CodeInternal
 	CodeUnavailable           = fault.CodeUnavailable
+	CodePresenceFull          = fault.CodePresenceFull
 )
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them.

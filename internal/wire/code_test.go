@@ -102,7 +102,7 @@ func TestFrameTypes(t *testing.T) {
 			clients++
 		}
 	}
-	if clients != 7 {
-		t.Errorf("%d client frame types, want 7", clients)
+	if clients != 9 {
+		t.Errorf("%d client frame types, want 9", clients)
 	}
 }

@@ -27,7 +27,14 @@ func (Codec) Head(sub string, table bool) []byte {
 	return AppendDataHead(nil, FrameMessage, sub)
 }
 
-// Body encodes a change's or a message's shared body; a gap has none (see Gap).
+// PresenceHead is the head of subscription sub's presence frames of kind: roster, join or
+// leave.
+func (Codec) PresenceHead(sub string, kind stream.PresenceKind) []byte {
+	return AppendDataHead(nil, FrameType(kind), sub)
+}
+
+// Body encodes a change's, a message's or a presence event's shared body; a gap has none (see
+// Gap).
 func (Codec) Body(it *stream.Item) []byte {
 	switch {
 	case it.Change != nil:
@@ -39,6 +46,9 @@ func (Codec) Body(it *stream.Item) []byte {
 		const overhead = len(`"pos":{"epoch":"","offset":},"channel":"","event":"","data":}`) + 20
 		return AppendMessageBody(make([]byte, 0, overhead+len(m.Pos.Epoch)+len(m.Channel)+len(m.Event)+len(m.Data)),
 			&Message{Pos: m.Pos, Channel: m.Channel, Event: m.Event, Data: m.Data})
+	case it.Presence != nil:
+		p := it.Presence
+		return AppendPresenceBody(nil, p.Channel, p.Kind, p.Members)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ const DefaultMaxFrameBytes = 64 << 10
 const MaxIDBytes = 64
 
 // Decode reads one frame a client sent: *Connect, *Refresh, *Subscribe, *Unsubscribe,
-// *Publish, *Ping or *Ack. limit is the largest frame accepted, in bytes; limit <= 0 means
+// *Publish, *Ping, *Ack, *Track or *Untrack. limit is the largest frame accepted, in bytes; limit <= 0 means
 // DefaultMaxFrameBytes. Every error is an *Error whose Code is frame_too_large, bad_frame,
 // unknown_type or bad_position, with ID set when the frame's id could be read.
 func Decode(b []byte, limit int) (Frame, error) {
@@ -50,6 +50,11 @@ func Decode(b []byte, limit int) (Frame, error) {
 		f = &Ping{ID: r.id}
 	case FrameAck:
 		f = &Ack{ID: r.id, Sub: r.token("sub", `"sub":"s1"`), Pos: r.position("pos", required)}
+	case FrameTrack:
+		f = &Track{ID: r.id, Channel: r.string("channel", required, `"channel":"rooms/1"`),
+			Meta: r.raw("meta", optional, `"meta":{"name":"Ada"}`)}
+	case FrameUntrack:
+		f = &Untrack{ID: r.id, Channel: r.string("channel", required, `"channel":"rooms/1"`)}
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -158,6 +163,22 @@ func DecodeServer(b []byte, limit int) (Frame, error) {
 		f = &Published{ID: r.id, Pos: r.position("pos", required)}
 	case FrameExpiring:
 		f = &Expiring{ExpiresAt: r.time("expires_at"), ExpiresIn: r.seconds("expires_in")}
+	case FrameTracked:
+		f = &Tracked{ID: r.id, Channel: r.string("channel", required, `"channel":"rooms/1"`),
+			Member: r.string("member", required, `"member":"alice/c1"`)}
+	case FrameUntracked:
+		f = &Untracked{ID: r.id, Channel: r.string("channel", required, `"channel":"rooms/1"`)}
+	case FrameRoster:
+		f = &Roster{Sub: r.string("sub", required, `"sub":"s1"`),
+			Channel: r.string("channel", required, `"channel":"rooms/1"`), Members: r.members("members")}
+	case FrameJoin:
+		f = &Join{Sub: r.string("sub", required, `"sub":"s1"`),
+			Channel: r.string("channel", required, `"channel":"rooms/1"`), Member: r.member("member")}
+	case FrameLeave:
+		l := &Leave{Sub: r.string("sub", required, `"sub":"s1"`),
+			Channel: r.string("channel", required, `"channel":"rooms/1"`), Member: r.member("member")}
+		l.Member.Meta = nil // a leave carries no meta; one sent anyway means nothing
+		f = l
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -209,9 +230,10 @@ func (r *reader) start(b []byte, limit int, server bool) *Error {
 	if server {
 		// Replies carry the id of their request; other server frames have none. Either
 		// way it is the client's own string, so it is not checked against the grammar.
-		if r.typ == FramePong || r.typ == FrameRefreshed || r.typ == FramePublished {
+		switch r.typ {
+		case FramePong, FrameRefreshed, FramePublished, FrameTracked, FrameUntracked:
 			r.string("id", required, `"id":"1"`)
-		} else {
+		default:
 			r.string("id", optional, "")
 		}
 		return r.err
@@ -254,10 +276,6 @@ func (r *reader) parse(b []byte, limit, depth int) *Error {
 	return nil
 }
 
-// reservedTypes are frame type names v1 keeps for presence: track and untrack from a client;
-// join, leave and roster from the server.
-var reservedTypes = map[FrameType]bool{"track": true, "untrack": true, "join": true, "leave": true, "roster": true}
-
 // unknownType returns why t is not a frame the reading side accepts, or "" when it is.
 func unknownType(t FrameType, server bool) string {
 	known := slices.Contains(FrameTypes(), t)
@@ -269,12 +287,10 @@ func unknownType(t FrameType, server bool) string {
 		return q + " is a frame a client sends, not the server"
 	case known:
 		return q + " is a frame the server sends, not a client"
-	case reservedTypes[t]:
-		return q + " is reserved for presence, which this server version does not serve"
 	case server:
 		return "unknown frame type " + q + "; this client ignores it"
 	}
-	return "unknown frame type " + q + "; a client sends connect, refresh, subscribe, unsubscribe, publish, ping or ack"
+	return "unknown frame type " + q + "; a client sends connect, refresh, subscribe, unsubscribe, publish, ping, ack, track or untrack"
 }
 
 func (r *reader) fail(field string, code Code, format string, args ...any) {
@@ -526,15 +542,16 @@ func (r *reader) connect() Frame {
 
 func (r *reader) subscribe() Frame {
 	f := &Subscribe{
-		ID:      r.id,
-		Sub:     r.token("sub", `"sub":"s1"`),
-		Table:   r.string("table", nonEmpty, `"table":"public.items"`),
-		Filter:  r.raw("filter", optional, ""),
-		Columns: r.strings("columns", `"columns":["id","title"]`),
-		Channel: r.string("channel", nonEmpty, `"channel":"rooms/1"`),
-		Event:   r.string("event", optional, ""),
-		From:    r.position("from", optional),
-		Mode:    Mode(r.string("mode", nonEmpty, `"mode":"broadcast"`)),
+		ID:       r.id,
+		Sub:      r.token("sub", `"sub":"s1"`),
+		Table:    r.string("table", nonEmpty, `"table":"public.items"`),
+		Filter:   r.raw("filter", optional, ""),
+		Columns:  r.strings("columns", `"columns":["id","title"]`),
+		Channel:  r.string("channel", nonEmpty, `"channel":"rooms/1"`),
+		Event:    r.string("event", optional, ""),
+		From:     r.position("from", optional),
+		Mode:     Mode(r.string("mode", nonEmpty, `"mode":"broadcast"`)),
+		Presence: r.bool("presence"),
 	}
 	if r.err != nil {
 		return nil
@@ -569,6 +586,10 @@ func validateSubscribe(f *Subscribe) *Error {
 		return bad("columns", `"columns" goes with a table subscription; a channel subscription carries its publication's data whole`)
 	case f.Table != "" && f.Event != "":
 		return bad("event", `"event" goes with a channel subscription; a table subscription filters with "filter"`)
+	case f.Presence && f.Channel == "":
+		return bad("presence", `"presence" goes with a channel subscription; a table has no presence`)
+	case f.Presence && strings.Contains(f.Channel, "*"):
+		return bad("presence", `"presence" needs one channel, not a pattern: subscribe to each channel whose presence you show`)
 	case f.Mode != ModeBroadcast && f.Mode != ModeSingle:
 		return bad("mode", `"mode" must be "broadcast" (the default) or "single", not %q`, short(string(f.Mode)))
 	case f.Table != "" && f.From.IsChannel():
@@ -587,6 +608,51 @@ func validateSubscribe(f *Subscribe) *Error {
 func validTable(t string) bool {
 	i := strings.IndexByte(t, '.')
 	return i > 0 && i < len(t)-1
+}
+
+// member reads a presence member object: {id, subject?, meta?}.
+func (r *reader) member(name string) Member {
+	v := r.field(name, required, `"member":{"id":"alice/c1"}`)
+	if v == nil {
+		return Member{}
+	}
+	return r.memberOf(name, v)
+}
+
+// members reads an array of presence members; [] is nobody.
+func (r *reader) members(name string) []Member {
+	v := r.field(name, required, `"members":[]`)
+	if v == nil {
+		return nil
+	}
+	if v[0] != '[' {
+		r.wrongType(name, "an array of members", v, `"members":[{"id":"alice/c1"}]`)
+		return nil
+	}
+	elems := arrayElements(v)
+	out := make([]Member, 0, len(elems))
+	for i, e := range elems {
+		out = append(out, r.memberOf(fmt.Sprintf("%s[%d]", name, i), e))
+	}
+	return out
+}
+
+func (r *reader) memberOf(name string, v []byte) Member {
+	if v[0] != '{' {
+		r.wrongType(name, "a member object", v, `{"id":"alice/c1"}`)
+		return Member{}
+	}
+	ms, _, _ := objectMembers(v, nil, maxServerNesting)
+	mr := reader{ms: ms, id: r.id, prefix: r.prefix + name + "."}
+	m := Member{
+		ID:      mr.string("id", required, `"id":"alice/c1"`),
+		Subject: mr.string("subject", optional, ""),
+		Meta:    mr.raw("meta", optional, ""),
+	}
+	if mr.err != nil && r.err == nil {
+		r.err = mr.err
+	}
+	return m
 }
 
 func (r *reader) welcome() Frame {

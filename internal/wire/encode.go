@@ -125,6 +125,42 @@ func AppendGap(dst []byte, sub string, g *stream.Gap) []byte {
 	return append(dst, '}')
 }
 
+// AppendPresenceBody appends the shared body of a presence frame (roster, join or leave) on
+// channel: the roster's members, or the one member of a join or a leave (a leave's without its
+// meta). The members' meta must be valid JSON; it is written compacted.
+func AppendPresenceBody(dst []byte, channel string, kind stream.PresenceKind, members []Member) []byte {
+	dst = append(dst, `"channel":`...)
+	dst = change.AppendJSONString(dst, channel)
+	if kind == stream.PresenceRoster {
+		dst = append(dst, `,"members":[`...)
+		for i := range members {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendMember(dst, &members[i], true)
+		}
+		return append(dst, "]}"...)
+	}
+	dst = append(dst, `,"member":`...)
+	var m Member
+	if len(members) > 0 {
+		m = members[0]
+	}
+	dst = appendMember(dst, &m, kind != stream.PresenceLeave)
+	return append(dst, '}')
+}
+
+func appendMember(dst []byte, m *Member, meta bool) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = change.AppendJSONString(dst, m.ID)
+	dst = appendString(dst, "subject", m.Subject)
+	if meta && len(m.Meta) > 0 {
+		dst = append(dst, `,"meta":`...)
+		dst = change.AppendCompactJSON(dst, m.Meta)
+	}
+	return append(dst, '}')
+}
+
 // AppendFrame appends any frame to dst: a client frame for a client to send, a server frame
 // for the server to send, or an *Error. Data frames are written as head and body in one. It
 // fails only when the frame would be malformed: a raw JSON field (a filter, data, a row value)
@@ -142,6 +178,15 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		return AppendMessageBody(dst, f), nil
 	case *Resync:
 		return AppendResync(dst, f), nil
+	case *Roster:
+		dst = AppendDataHead(dst, FrameRoster, f.Sub)
+		return AppendPresenceBody(dst, f.Channel, stream.PresenceRoster, f.Members), nil
+	case *Join:
+		dst = AppendDataHead(dst, FrameJoin, f.Sub)
+		return AppendPresenceBody(dst, f.Channel, stream.PresenceJoin, []Member{f.Member}), nil
+	case *Leave:
+		dst = AppendDataHead(dst, FrameLeave, f.Sub)
+		return AppendPresenceBody(dst, f.Channel, stream.PresenceLeave, []Member{f.Member}), nil
 	case *Connect:
 		dst = appendStart(dst, FrameConnect, f.ID)
 		dst = appendString(dst, "token", f.Token)
@@ -165,6 +210,9 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		if f.Mode != "" && f.Mode != ModeBroadcast {
 			dst = appendString(dst, "mode", string(f.Mode))
 		}
+		if f.Presence {
+			dst = append(dst, `,"presence":true`...)
+		}
 	case *Unsubscribe:
 		dst = appendStart(dst, FrameUnsubscribe, f.ID)
 		dst = appendString(dst, "sub", f.Sub)
@@ -174,6 +222,23 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		dst = appendString(dst, "event", f.Event)
 		dst = append(dst, `,"data":`...)
 		dst = appendValue(dst, f.Data)
+	case *Track:
+		dst = appendStart(dst, FrameTrack, f.ID)
+		dst = appendString(dst, "channel", f.Channel)
+		if f.Meta != nil {
+			dst = append(dst, `,"meta":`...)
+			dst = change.AppendCompactJSON(dst, f.Meta)
+		}
+	case *Untrack:
+		dst = appendStart(dst, FrameUntrack, f.ID)
+		dst = appendString(dst, "channel", f.Channel)
+	case *Tracked:
+		dst = appendStart(dst, FrameTracked, f.ID)
+		dst = appendString(dst, "channel", f.Channel)
+		dst = appendString(dst, "member", f.Member)
+	case *Untracked:
+		dst = appendStart(dst, FrameUntracked, f.ID)
+		dst = appendString(dst, "channel", f.Channel)
 	case *Ping:
 		dst = appendStart(dst, FramePing, f.ID)
 	case *Ack:
@@ -271,6 +336,18 @@ func checkFrame(f Frame) error {
 		return check("data", f.Data)
 	case *Message:
 		return check("data", f.Data)
+	case *Track:
+		return check("meta", f.Meta)
+	case *Roster:
+		for i, m := range f.Members {
+			if err := check(fmt.Sprintf("members[%d].meta", i), m.Meta); err != nil {
+				return err
+			}
+		}
+	case *Join:
+		return check("member.meta", f.Member.Meta)
+	case *Leave:
+		return check("member.meta", f.Member.Meta)
 	case *Change:
 		if f.Idx == 0 {
 			return fmt.Errorf("wire: change frame: Idx is 0; a change's index in its transaction starts at 1")

@@ -20,7 +20,8 @@ const (
 	// {id, token}. Answered by refreshed.
 	FrameRefresh FrameType = "refresh"
 	// FrameSubscribe: {id, sub, table, filter?, columns?, from?, mode?} or
-	// {id, sub, channel, event?, from?, mode?}. Answered by subscribed once it is live.
+	// {id, sub, channel, event?, from?, mode?, presence?}. Answered by subscribed once it is
+	// live; with presence, roster follows it.
 	FrameSubscribe FrameType = "subscribe"
 	// FrameUnsubscribe: {id, sub}. Answered by unsubscribed.
 	FrameUnsubscribe FrameType = "unsubscribe"
@@ -28,6 +29,11 @@ const (
 	FramePublish FrameType = "publish"
 	// FramePing: {id}. Answered by pong.
 	FramePing FrameType = "ping"
+	// FrameTrack: {id, channel, meta?}. Makes the connection a member of the channel's
+	// presence, or replaces its meta. Answered by tracked.
+	FrameTrack FrameType = "track"
+	// FrameUntrack: {id, channel}. Answered by untracked.
+	FrameUntrack FrameType = "untrack"
 	// FrameAck: {id, sub, pos}. Reserved for acknowledged ("single") delivery: decoded in v1,
 	// answered with not_implemented until the server serves it.
 	FrameAck FrameType = "ack"
@@ -59,6 +65,17 @@ const (
 	FrameRefreshed FrameType = "refreshed"
 	// FramePublished: {id, pos}.
 	FramePublished FrameType = "published"
+	// FrameTracked: {id, channel, member}. The connection is a member, under id member.
+	FrameTracked FrameType = "tracked"
+	// FrameUntracked: {id, channel}.
+	FrameUntracked FrameType = "untracked"
+	// FrameRoster: {sub, channel, members}. Every member of a presence subscription's
+	// channel, right after its subscribed.
+	FrameRoster FrameType = "roster"
+	// FrameJoin: {sub, channel, member}. A member arrived, or replaced its meta.
+	FrameJoin FrameType = "join"
+	// FrameLeave: {sub, channel, member}. A member went; member has no meta.
+	FrameLeave FrameType = "leave"
 	// FrameExpiring: {expires_at, expires_in}. Unprompted: the token runs out soon; send
 	// refresh before it does.
 	FrameExpiring FrameType = "expiring"
@@ -68,16 +85,18 @@ const (
 func FrameTypes() []FrameType {
 	return []FrameType{
 		FrameConnect, FrameRefresh, FrameSubscribe, FrameUnsubscribe, FramePublish, FramePing,
-		FrameAck,
+		FrameAck, FrameTrack, FrameUntrack,
 		FrameWelcome, FrameSubscribed, FrameUnsubscribed, FrameChange, FrameMessage,
 		FrameResync, FrameError, FramePong, FrameRefreshed, FramePublished, FrameExpiring,
+		FrameTracked, FrameUntracked, FrameRoster, FrameJoin, FrameLeave,
 	}
 }
 
 // FromClient reports whether t is a frame a client sends.
 func (t FrameType) FromClient() bool {
 	switch t {
-	case FrameConnect, FrameRefresh, FrameSubscribe, FrameUnsubscribe, FramePublish, FramePing, FrameAck:
+	case FrameConnect, FrameRefresh, FrameSubscribe, FrameUnsubscribe, FramePublish, FramePing, FrameAck,
+		FrameTrack, FrameUntrack:
 		return true
 	}
 	return false
@@ -147,6 +166,9 @@ type Subscribe struct {
 	// matches the subscription's (Decode refuses a mismatch with bad_position).
 	From Position
 	Mode Mode // ModeBroadcast unless the client asked for ModeSingle
+	// Presence asks for the channel's presence too: a roster after subscribed, then join and
+	// leave frames. Only on one channel (no wildcard).
+	Presence bool
 }
 
 // Unsubscribe ends a subscription.
@@ -161,6 +183,20 @@ type Publish struct {
 	Channel string
 	Event   string          // optional event name
 	Data    json.RawMessage // required, not null. Compact, valid JSON.
+}
+
+// Track makes the connection a member of a channel's presence, with meta, or replaces its
+// meta.
+type Track struct {
+	ID      string
+	Channel string
+	Meta    json.RawMessage // optional; compact, valid JSON
+}
+
+// Untrack ends the connection's membership of a channel's presence.
+type Untrack struct {
+	ID      string
+	Channel string
 }
 
 // Ping asks for a pong: an application-level liveness check, for clients that cannot see
@@ -305,6 +341,43 @@ type Published struct {
 	Pos Position
 }
 
+// Tracked answers a track: the connection is a member of Channel's presence, as Member.
+type Tracked struct {
+	ID      string
+	Channel string
+	Member  string // the member's id, as join and leave frames name it
+}
+
+// Untracked answers an untrack.
+type Untracked struct {
+	ID      string
+	Channel string
+}
+
+// Member is one member of a channel's presence: stream.Member.
+type Member = stream.Member
+
+// Roster is every member of a presence subscription's channel, ordered by id.
+type Roster struct {
+	Sub     string
+	Channel string
+	Members []Member // empty when nobody is there
+}
+
+// Join says a member arrived on Channel, or replaced its meta.
+type Join struct {
+	Sub     string
+	Channel string
+	Member  Member
+}
+
+// Leave says a member left Channel. Its Member has no meta.
+type Leave struct {
+	Sub     string
+	Channel string
+	Member  Member
+}
+
 // Expiring warns, unprompted, that the token expires soon; the client should send refresh.
 type Expiring struct {
 	ExpiresAt time.Time
@@ -328,6 +401,13 @@ func (*Pong) Type() FrameType         { return FramePong }
 func (*Refreshed) Type() FrameType    { return FrameRefreshed }
 func (*Published) Type() FrameType    { return FramePublished }
 func (*Expiring) Type() FrameType     { return FrameExpiring }
+func (*Track) Type() FrameType        { return FrameTrack }
+func (*Untrack) Type() FrameType      { return FrameUntrack }
+func (*Tracked) Type() FrameType      { return FrameTracked }
+func (*Untracked) Type() FrameType    { return FrameUntracked }
+func (*Roster) Type() FrameType       { return FrameRoster }
+func (*Join) Type() FrameType         { return FrameJoin }
+func (*Leave) Type() FrameType        { return FrameLeave }
 
 func (*Connect) frame()      {}
 func (*Refresh) frame()      {}
@@ -346,3 +426,10 @@ func (*Pong) frame()         {}
 func (*Refreshed) frame()    {}
 func (*Published) frame()    {}
 func (*Expiring) frame()     {}
+func (*Track) frame()        {}
+func (*Untrack) frame()      {}
+func (*Tracked) frame()      {}
+func (*Untracked) frame()    {}
+func (*Roster) frame()       {}
+func (*Join) frame()         {}
+func (*Leave) frame()        {}

@@ -1,0 +1,36 @@
+package server
+
+import (
+	"context"
+
+	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/presence"
+	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/stream"
+)
+
+// presences adapts the node's presence to what sessions ask of it: a channel name is checked
+// against the channel grammar first, and refused as the channel hub refuses it.
+type presences struct {
+	p *presence.Presence
+}
+
+var _ session.Presence = presences{}
+
+func (a presences) Track(ctx context.Context, name string, m stream.Member) error {
+	if err := channel.CheckName(name); err != nil {
+		return clientError(err)
+	}
+	return a.p.Track(ctx, name, m)
+}
+
+func (a presences) Untrack(ctx context.Context, name, id string) (bool, error) {
+	return a.p.Untrack(ctx, name, id)
+}
+
+func (a presences) Watch(ctx context.Context, name string, r stream.Receiver, sub string) (func(), error) {
+	if err := channel.CheckName(name); err != nil {
+		return nil, clientError(err)
+	}
+	return a.p.Watch(ctx, name, r, sub)
+}
