@@ -1,6 +1,9 @@
 package delivery
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestWakeStartsOneWriterPerPark: with Config.Wake, the lanes start with the writer's place
 // taken; a writer that finds nothing gives it up; exactly the first push after that calls Wake,
@@ -59,5 +62,45 @@ func TestWakeStartsOneWriterPerPark(t *testing.T) {
 	}
 	if l.Claim() || l.TryNextOrPark(&b) {
 		t.Fatal("closed lanes gave a writer its place or a batch")
+	}
+}
+
+// A fan-out's deferred pushes to lanes whose writer runs on demand start no writer until the
+// fan-out calls Wake, and then exactly one, which finds everything the fan-out queued.
+func TestDeferredPushesStartOneWriterAtWake(t *testing.T) {
+	wakes := 0
+	l := newLanes(t, Config{Wake: func() { wakes++ }})
+	var b Batch
+	if l.TryNextOrPark(&b) {
+		t.Fatal("TryNextOrPark found a batch in empty lanes")
+	}
+	ok, wake := l.PushDataDeferred(frame("k", "1", 1))
+	if !ok || !wake {
+		t.Fatalf("first deferred push after the writer ended = %v, %v; want queued and the wake-up reported", ok, wake)
+	}
+	if _, wake := l.PushDataDeferred(frame("k", "2", 1)); wake {
+		t.Fatal("a second deferred push reported a wake-up the first already holds")
+	}
+	if err := l.PushControl([]byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	if wakes != 0 {
+		t.Fatalf("pushes before the fan-out's Wake started %d writers, want 0", wakes)
+	}
+	l.Wake()
+	if wakes != 1 {
+		t.Fatalf("Wake started %d writers, want 1", wakes)
+	}
+	var got []string
+	for l.TryNextOrPark(&b) {
+		for _, it := range b.Items {
+			got = append(got, render(it))
+		}
+	}
+	if want := "c:c d:k@1 d:k@2"; strings.Join(got, " ") != want {
+		t.Fatalf("the writer found %q, want %q", strings.Join(got, " "), want)
+	}
+	if _, wake := l.PushDataDeferred(frame("k", "3", 1)); !wake {
+		t.Fatal("a deferred push after the writer ended again did not report the wake-up")
 	}
 }
