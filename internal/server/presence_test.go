@@ -166,3 +166,66 @@ func TestPresenceLimitsOverWebSocket(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Over SSE streams, whose commands come by POST: a track, a roster for a subscriber with
+// presence, a leave on untrack, and a leave when a tracking stream's client goes away (the
+// stream's reader sees it, and the session's end untracks).
+func TestPresenceOverSSE(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Policy = policy.Rules{Channels: map[string]policy.ChannelRules{
+		"rooms/*": {Subscribe: "true", Presence: "true"},
+	}}
+	r := start(t, cfg)
+	open := func(sub string) (*sseClient, string, string) {
+		t.Helper()
+		c, resp := openSSE(t, r.url+"/v1/sse", bearerHeader(t, sub))
+		if c == nil {
+			t.Fatalf("GET /v1/sse as %s: %d", sub, resp.StatusCode)
+		}
+		session, _ := c.next("welcome").frame["session"].(string)
+		if session == "" {
+			t.Fatalf("%s's welcome has no session", sub)
+		}
+		return c, r.url + "/v1/sse/" + session, token(t, sub, time.Now().Add(time.Hour))
+	}
+	command := func(url, tok, frame string) {
+		t.Helper()
+		if code, m := postJSON(t, url, tok, frame); code != 202 {
+			t.Fatalf("POST %s: %d %v, want 202", frame, code, m)
+		}
+	}
+
+	alice, aliceCmd, aliceTok := open("alice")
+	command(aliceCmd, aliceTok, `{"type":"track","id":"t1","channel":"rooms/1","meta":{"name":"Ada"}}`)
+	aliceID, _ := alice.next("tracked").frame["member"].(string)
+	if !strings.HasPrefix(aliceID, "alice/") {
+		t.Fatalf("tracked member %q, want one of alice", aliceID)
+	}
+
+	bob, bobCmd, bobTok := open("bob")
+	command(bobCmd, bobTok, `{"type":"subscribe","id":"s1","sub":"room","channel":"rooms/1","presence":true}`)
+	bob.next("subscribed")
+	if ids := memberIDs(t, bob.next("roster").frame); len(ids) != 1 || ids[0] != aliceID {
+		t.Fatalf("roster %v, want alice's member alone", ids)
+	}
+
+	carol, carolCmd, carolTok := open("carol")
+	command(carolCmd, carolTok, `{"type":"track","id":"t2","channel":"rooms/1"}`)
+	carolID, _ := carol.next("tracked").frame["member"].(string)
+	if mem := memberOf(t, bob.next("join").frame); mem["id"] != carolID {
+		t.Fatalf("join of %v, want carol's %s", mem, carolID)
+	}
+
+	command(aliceCmd, aliceTok, `{"type":"untrack","id":"u1","channel":"rooms/1"}`)
+	alice.next("untracked")
+	if mem := memberOf(t, bob.next("leave").frame); mem["id"] != aliceID {
+		t.Fatalf("leave of %v after alice's untrack, want %s", mem, aliceID)
+	}
+
+	// Carol's client goes away without a word: her member leaves with her session.
+	carol.cancel()
+	carol.resp.Body.Close()
+	if mem := memberOf(t, bob.next("leave").frame); mem["id"] != carolID {
+		t.Fatalf("leave of %v after carol's stream ended, want %s", mem, carolID)
+	}
+}
