@@ -183,7 +183,15 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 
 	startStream(w, flusher)
 
-	gone := context.AfterFunc(r.Context(), func() { s.Lost("client went away") })
+	gone := context.AfterFunc(r.Context(), func() {
+		// The request's context derives from the node's: when the node shuts down, it ends too,
+		// but the client is still there, and the session's own watch of h.base closes it with
+		// the ending the client is owed.
+		if h.base.Err() != nil {
+			return
+		}
+		s.Lost("client went away")
+	})
 	ka := &keepalive{s: s, t: t, slow: t.slow}
 	ka.member = h.keepalives.Add(ka.beat)
 	s.Run(h.base)
@@ -459,20 +467,24 @@ func (t *transport) clearDeadline() { _ = t.rc.SetWriteDeadline(time.Time{}) }
 // Close ends the stream. SSE has no close codes, so an ending the server chose is told as a
 // last error event, after a retry field with the delay EventSource should wait before it
 // reconnects (docs/PROTOCOL.md, "Refusals and endings"). When the writer is stuck on a client
-// that stopped reading, nothing more can be written: the blocked write is failed instead.
+// that stopped reading, nothing more can be written: the blocked write is failed (closeWait),
+// and the ending written after it fails at once.
 func (t *transport) Close(code wire.CloseCode, reason string) {
 	t.once.Do(func() {
 		defer close(t.done)
 		if !t.mu.TryLock() {
-			_ = t.rc.SetWriteDeadline(time.Now()) // safe without mu
-			return
+			// A write in progress: a keepalive, most likely, which ends at once and leaves room
+			// for the ending. One stuck on a client that stopped reading fails by this deadline
+			// (safe to set without mu).
+			_ = t.rc.SetWriteDeadline(time.Now().Add(closeWait))
+			t.mu.Lock()
 		}
 		defer t.mu.Unlock()
 		ending, retry := endingOf(code, reason)
 		if ending == nil {
 			return
 		}
-		_ = t.rc.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		_ = t.rc.SetWriteDeadline(time.Now().Add(closeWait))
 		b := fmt.Appendf(nil, "retry: %d\n\n", retry.Milliseconds())
 		if !t.lastWasError {
 			frame, err := wire.AppendFrame(nil, ending)

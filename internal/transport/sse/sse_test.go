@@ -278,3 +278,29 @@ func TestHTTP2Stream(t *testing.T) {
 	for range evs {
 	}
 }
+
+// TestHTTP2StreamEnding: at the node's shutdown an HTTP/2 stream ends with its error event,
+// even when the close meets a keepalive being written (the pings here come every 100 ms, so
+// some of the rounds close during one).
+func TestHTTP2StreamEnding(t *testing.T) {
+	for round := range 10 {
+		n := newNode(t, true)
+		resp, err := n.srv.Client().Get(n.srv.URL + "/v1/sse?sub=s&channel=room")
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, _ := events(t, resp.Body)
+		next(t, evs, "welcome")
+		next(t, evs, "subscribed")
+		next(t, evs, "keepalive")
+		time.Sleep(time.Duration(round) * 10 * time.Millisecond)
+		n.cancel() // the node shuts down: the session closes
+		if f := next(t, evs, "error"); f["code"] != string(wire.CodeUnavailable) {
+			t.Errorf("round %d: ending %v, want unavailable", round, f)
+		}
+		for range evs {
+		}
+		resp.Body.Close()
+		n.awaitSlots(t, 0)
+	}
+}
