@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/changefeed"
+	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/presence"
@@ -82,6 +83,15 @@ type APISection struct {
 type ChannelsSection struct {
 	// ClientPublish lets clients publish over their socket, not only the server's API.
 	ClientPublish bool `yaml:"client_publish"`
+	// FanoutQueue, FanoutDeliveries and FanoutBytes bound each of the node's fan-out queues
+	// (one per processor): the publications waiting to be handed to subscribers, the
+	// deliveries they make in all, and their bytes. See channel.Config.
+	FanoutQueue      int  `yaml:"fanout_queue"`
+	FanoutDeliveries int  `yaml:"fanout_deliveries"`
+	FanoutBytes      Size `yaml:"fanout_bytes"`
+	// PublishWait is how long a publish waits for room in a full fan-out queue before it is
+	// refused with unavailable.
+	PublishWait time.Duration `yaml:"publish_wait"`
 }
 
 // PresenceSection configures channel presence: the presence.* keys. See presence.Config.
@@ -171,6 +181,12 @@ func Default() *Config {
 		AuthSection: AuthSection{
 			Leeway: auth.DefaultLeeway,
 		},
+		Channels: ChannelsSection{
+			FanoutQueue:      channel.DefaultQueueLen,
+			FanoutDeliveries: channel.DefaultQueueDeliveries,
+			FanoutBytes:      channel.DefaultQueueBytes,
+			PublishWait:      channel.DefaultQueueWait,
+		},
 		Presence: PresenceSection{
 			TTL:          presence.DefaultTTL,
 			MaxMembers:   presence.DefaultMaxMembers,
@@ -204,6 +220,12 @@ func Default() *Config {
 			MaxCost: policy.DefaultMaxCost,
 		},
 	}
+}
+
+// FanoutConfig returns the channel hub's fan-out bounds; the caller sets Bus and Broker.
+func (c *Config) FanoutConfig() channel.Config {
+	ch := c.Channels
+	return channel.Config{QueueLen: ch.FanoutQueue, QueueDeliveries: ch.FanoutDeliveries, QueueBytes: int(ch.FanoutBytes), QueueWait: ch.PublishWait}
 }
 
 // PresenceConfig returns presence's Config. The caller sets Logger.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/heraldrt/herald/internal/channel"
 )
 
 func TestLoadNoFileIsDefault(t *testing.T) {
@@ -72,6 +74,10 @@ api:
   keys: [` + testAPIKey + `]
 channels:
   client_publish: true
+  fanout_queue: 64
+  fanout_deliveries: 5000
+  fanout_bytes: 2MiB
+  publish_wait: 3s
 presence:
   ttl: 12s
   max_members: 9
@@ -141,7 +147,7 @@ func fullConfig() *Config {
 			AllowNoExpiry:  true,
 		},
 		API:      APISection{Keys: []string{testAPIKey}},
-		Channels: ChannelsSection{ClientPublish: true},
+		Channels: ChannelsSection{ClientPublish: true, FanoutQueue: 64, FanoutDeliveries: 5000, FanoutBytes: 2 * MiB, PublishWait: 3 * time.Second},
 		Presence: PresenceSection{TTL: 12 * time.Second, MaxMembers: 9, MaxMetaBytes: 300},
 		Limits: LimitsSection{
 			MaxConnections: 500, MaxSubscriptions: 7, FDReserve: 100, ListenBacklog: 512,
@@ -384,4 +390,15 @@ func TestLoadFileErrors(t *testing.T) {
 			t.Errorf("Detail = %q, want it to say the file is too large", e.Detail)
 		}
 	})
+}
+
+// The channels.fanout_* keys and publish_wait reach the hub's Config as read.
+func TestFanoutConfig(t *testing.T) {
+	got := fullConfig().FanoutConfig()
+	if got.QueueLen != 64 || got.QueueDeliveries != 5000 || got.QueueBytes != 2<<20 || got.QueueWait != 3*time.Second {
+		t.Errorf("FanoutConfig() = %+v, want the full config's 64 publications, 5000 deliveries, 2 MiB and 3s", got)
+	}
+	if d := Default().FanoutConfig(); d.QueueLen != channel.DefaultQueueLen || d.QueueWait != channel.DefaultQueueWait {
+		t.Errorf("Default().FanoutConfig() = %+v, want channel's defaults", d)
+	}
 }

@@ -21,8 +21,9 @@ type channels struct {
 
 var _ session.Channels = (*channels)(nil)
 
-func newChannels(b channel.Bus, maxPublish int) (*channels, error) {
-	hub, err := channel.New(channel.Config{Bus: b})
+func newChannels(b channel.Bus, fanout channel.Config, maxPublish int) (*channels, error) {
+	fanout.Bus = b
+	hub, err := channel.New(fanout)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/heraldrt/herald/internal/bus"
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed"
+	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/policy"
@@ -74,6 +75,9 @@ type Config struct {
 	// or published on. PolicyConfig bounds each evaluation.
 	Policy       policy.Rules
 	PolicyConfig policy.Config
+	// Fanout bounds the channel hub's fan-out queues (Bus and Broker are the server's own);
+	// zero fields take channel's defaults.
+	Fanout channel.Config
 	// Presence configures channel presence (the presence.* keys); its store is this node's
 	// memory.
 	Presence presence.Config
@@ -156,7 +160,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	// One node: every receiver is a local session. The Redis bus goes here for many nodes.
 	b := bus.NewMemory()
-	chans, err := newChannels(b, cfg.MaxPublishBytes)
+	chans, err := newChannels(b, cfg.Fanout, cfg.MaxPublishBytes)
 	if err != nil {
 		return nil, err
 	}
