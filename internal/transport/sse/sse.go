@@ -468,16 +468,21 @@ func (t *transport) clearDeadline() { _ = t.rc.SetWriteDeadline(time.Time{}) }
 // last error event, after a retry field with the delay EventSource should wait before it
 // reconnects (docs/PROTOCOL.md, "Refusals and endings"). When the writer is stuck on a client
 // that stopped reading, nothing more can be written: the blocked write is failed (closeWait),
-// and the ending written after it fails at once.
+// and no ending follows it.
 func (t *transport) Close(code wire.CloseCode, reason string) {
 	t.once.Do(func() {
 		defer close(t.done)
 		if !t.mu.TryLock() {
 			// A write in progress: a keepalive, most likely, which ends at once and leaves room
 			// for the ending. One stuck on a client that stopped reading fails by this deadline
-			// (safe to set without mu).
-			_ = t.rc.SetWriteDeadline(time.Now().Add(closeWait))
+			// (safe to set without mu), and then the client is not written to again.
+			dl := time.Now().Add(closeWait)
+			_ = t.rc.SetWriteDeadline(dl)
 			t.mu.Lock()
+			if !time.Now().Before(dl) {
+				t.mu.Unlock()
+				return
+			}
 		}
 		defer t.mu.Unlock()
 		ending, retry := endingOf(code, reason)
