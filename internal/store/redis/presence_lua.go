@@ -91,15 +91,15 @@ return out
 `
 
 // KEYS: I. ARGV: base tag now limit. Removes the members at or past their deadline in up to
-// limit channels of the shard, and returns {more, channel, id, value, ...}: more is 1 when
+// limit channels of the shard, and returns {more, channel, id, value, ...}: more is "1" when
 // channels were left for another call. The channels' keys are built from ARGV[1] (the key
 // prefix, "<prefix>:") and ARGV[2] (the shard's tag), and share the slot.
 const presenceExpireScript = presencePrelude + `
 local I = KEYS[1]
 local base, tag, now, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local chans = redis.call('ZRANGEBYSCORE', I, '-inf', now, 'LIMIT', 0, limit + 1)
-local out = {0}
-if #chans > limit then out[1] = 1 end
+local out = {'0'}
+if #chans > limit then out[1] = '1' end
 for n = 1, math.min(#chans, limit) do
   local ch = chans[n]
   local D, M = base .. 'd:' .. tag .. ':' .. ch, base .. 'm:' .. tag .. ':' .. ch
