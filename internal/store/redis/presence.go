@@ -90,7 +90,7 @@ func decodeMember(id, v string) (presence.Member, error) {
 
 // Track implements presence.Store: one script, which counts the live members and adds one.
 func (s *Presence) Track(ctx context.Context, channel string, m presence.Member, now time.Time, ttl time.Duration, max int) (bool, error) {
-	args := []string{channel, m.ID, encodeMember(m), unixMillis(now), millis(ttl), strconv.Itoa(max), keepMillis(ttl)}
+	args := []string{channel, m.ID, encodeMember(m), unixMillis(now), unixMillis(now.Add(ttl)), strconv.Itoa(max), keepMillis(ttl)}
 	n, err := s.track.Exec(ctx, s.c.rc, s.channelKeys(channel), args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("presence track %s/%s: %w", channel, m.ID, err)
@@ -103,7 +103,7 @@ func (s *Presence) Track(ctx context.Context, channel string, m presence.Member,
 
 // Touch implements presence.Store.
 func (s *Presence) Touch(ctx context.Context, channel, id string, now time.Time, ttl time.Duration) (bool, error) {
-	args := []string{channel, id, unixMillis(now), millis(ttl), keepMillis(ttl)}
+	args := []string{channel, id, unixMillis(now), unixMillis(now.Add(ttl)), keepMillis(ttl)}
 	n, err := s.touch.Exec(ctx, s.c.rc, s.channelKeys(channel), args).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("presence touch %s/%s: %w", channel, id, err)

@@ -3,7 +3,8 @@ package redis
 // The presence scripts. Each runs over one shard's keys (one hash tag, one Cluster slot):
 // KEYS[1] is the shard's index (channel -> its earliest member deadline), KEYS[2] and KEYS[3] a
 // channel's deadlines and members. Deadlines are the caller's clock in ms (presence.Store passes
-// now); a member is live while now < deadline.
+// now), computed by the caller; a member is live while now < deadline. Times reach commands as
+// ARGV's text, never as a Lua number turned back into text (which Lua rounds to 14 digits).
 //
 // settle keeps the index exact after any change to a channel: its earliest deadline, or the
 // channel's keys deleted and its entry gone once the last member has left. keepms > 0 renews
@@ -25,31 +26,32 @@ local function settle(I, D, M, ch, keepms)
 end
 `
 
-// KEYS: I D M. ARGV: channel id value now ttl max keep. Returns 1 joined, 0 replaced, -1 full.
+// KEYS: I D M. ARGV: channel id value now deadline max keep. Returns 1 joined, 0 replaced, -1
+// full.
 // The cap counts live members in the same script that adds one, so tracks from many nodes at
 // once never pass it.
 const presenceTrackScript = presencePrelude + `
 local I, D, M = KEYS[1], KEYS[2], KEYS[3]
 local ch, id, val = ARGV[1], ARGV[2], ARGV[3]
-local now, ttl, max, keepms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local now, max, keepms = tonumber(ARGV[4]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local dl = redis.call('ZSCORE', D, id)
 local live = dl and tonumber(dl) > now
-if not live and redis.call('ZCOUNT', D, '(' .. now, '+inf') >= max then
+if not live and redis.call('ZCOUNT', D, '(' .. ARGV[4], '+inf') >= max then
   return -1
 end
-redis.call('ZADD', D, now + ttl, id)
+redis.call('ZADD', D, ARGV[5], id)
 redis.call('HSET', M, id, val)
 settle(I, D, M, ch, keepms)
 if live then return 0 end
 return 1
 `
 
-// KEYS: I D M. ARGV: channel id now ttl keep. Returns 1 renewed, 0 not there (a member past
+// KEYS: I D M. ARGV: channel id now deadline keep. Returns 1 renewed, 0 not there (a member past
 // its deadline is removed, as Expire would).
 const presenceTouchScript = presencePrelude + `
 local I, D, M = KEYS[1], KEYS[2], KEYS[3]
 local ch, id = ARGV[1], ARGV[2]
-local now, ttl, keepms = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, keepms = tonumber(ARGV[3]), tonumber(ARGV[5])
 local dl = redis.call('ZSCORE', D, id)
 if not dl then return 0 end
 if tonumber(dl) <= now then
@@ -58,7 +60,7 @@ if tonumber(dl) <= now then
   settle(I, D, M, ch, 0)
   return 0
 end
-redis.call('ZADD', D, now + ttl, id)
+redis.call('ZADD', D, ARGV[4], id)
 settle(I, D, M, ch, keepms)
 return 1
 `
@@ -74,17 +76,16 @@ settle(I, D, M, ch, 0)
 return v
 `
 
-// KEYS: D M. ARGV: now. Returns id, value pairs of the live members.
+// KEYS: D M. ARGV: now. Returns id, value pairs of the live members. One HGET a member, not
+// one HMGET: unpack would fail past Lua's stack for a large presence.max_members.
 const presenceMembersScript = `
 local D, M = KEYS[1], KEYS[2]
-local ids = redis.call('ZRANGEBYSCORE', D, '(' .. ARGV[1], '+inf')
-if #ids == 0 then return {} end
-local vals = redis.call('HMGET', M, unpack(ids))
 local out = {}
-for i, id in ipairs(ids) do
-  if vals[i] then
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', D, '(' .. ARGV[1], '+inf')) do
+  local v = redis.call('HGET', M, id)
+  if v then
     out[#out + 1] = id
-    out[#out + 1] = vals[i]
+    out[#out + 1] = v
   end
 end
 return out
@@ -96,14 +97,14 @@ return out
 // prefix, "<prefix>:") and ARGV[2] (the shard's tag), and share the slot.
 const presenceExpireScript = presencePrelude + `
 local I = KEYS[1]
-local base, tag, now, limit = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local chans = redis.call('ZRANGEBYSCORE', I, '-inf', now, 'LIMIT', 0, limit + 1)
+local base, tag, limit = ARGV[1], ARGV[2], tonumber(ARGV[4])
+local chans = redis.call('ZRANGEBYSCORE', I, '-inf', ARGV[3], 'LIMIT', 0, limit + 1)
 local out = {'0'}
 if #chans > limit then out[1] = '1' end
 for n = 1, math.min(#chans, limit) do
   local ch = chans[n]
   local D, M = base .. 'd:' .. tag .. ':' .. ch, base .. 'm:' .. tag .. ':' .. ch
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', D, '-inf', now)) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', D, '-inf', ARGV[3])) do
     local v = redis.call('HGET', M, id)
     if v then
       out[#out + 1] = ch
