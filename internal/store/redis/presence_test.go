@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/heraldrt/herald/internal/presence"
 )
@@ -144,4 +147,36 @@ func TestMemberEncoding(t *testing.T) {
 			t.Errorf("decodeMember(%q) succeeded; want an error", v)
 		}
 	}
+}
+
+// TestPresenceLargeChannel: a channel of more members than Lua's stack holds (about 8000)
+// reads and expires whole.
+func TestPresenceLargeChannel(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s := NewPresence(dial(t, url))
+		const n = 10000
+		now := time.Now()
+		execs := make([]rueidis.LuaExec, n)
+		for i := range execs {
+			m := presence.Member{ID: fmt.Sprintf("m%05d", i)}
+			execs[i] = rueidis.LuaExec{
+				Keys: s.channelKeys("big"),
+				Args: []string{"big", m.ID, encodeMember(m), unixMillis(now), unixMillis(now.Add(time.Minute)), strconv.Itoa(n), keepMillis(time.Minute)},
+			}
+		}
+		for _, r := range s.track.ExecMulti(ctx, s.c.rc, execs...) {
+			if j, err := r.AsInt64(); err != nil || j != 1 {
+				t.Fatalf("track = %d, %v; want 1", j, err)
+			}
+		}
+		ms, err := s.Members(ctx, "big", now)
+		if err != nil || len(ms) != n {
+			t.Fatalf("Members = %d members, %v; want %d", len(ms), err, n)
+		}
+		left, err := s.Expire(ctx, now.Add(time.Minute))
+		if err != nil || len(left) != n {
+			t.Fatalf("Expire = %d members, %v; want %d", len(left), err, n)
+		}
+	})
 }
