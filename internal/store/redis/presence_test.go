@@ -180,3 +180,45 @@ func TestPresenceLargeChannel(t *testing.T) {
 		}
 	})
 }
+
+// TestPresenceOneCommandEach: each warm presence call is one script call; Expire is one per
+// shard.
+func TestPresenceOneCommandEach(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		c := dial(t, url)
+		cc := &counting{Client: c.rc}
+		s := NewPresence(&Client{rc: cc, prefix: c.prefix, timeout: c.timeout})
+		now := time.Now()
+		warm := func() { // loads every script
+			_, _ = s.Track(ctx, "room", presence.Member{ID: "w"}, now, time.Minute, 4)
+			_, _ = s.Touch(ctx, "room", "w", now, time.Minute)
+			_, _ = s.Members(ctx, "room", now)
+			_, _, _ = s.Untrack(ctx, "room", "w")
+			_, _ = s.Expire(ctx, now)
+		}
+		warm()
+		for _, call := range []struct {
+			name string
+			do   func() error
+			want int64
+		}{
+			{"Track", func() error {
+				_, err := s.Track(ctx, "room", presence.Member{ID: "a"}, now, time.Minute, 4)
+				return err
+			}, 1},
+			{"Touch", func() error { _, err := s.Touch(ctx, "room", "a", now, time.Minute); return err }, 1},
+			{"Members", func() error { _, err := s.Members(ctx, "room", now); return err }, 1},
+			{"Untrack", func() error { _, _, err := s.Untrack(ctx, "room", "a"); return err }, 1},
+			{"Expire", func() error { _, err := s.Expire(ctx, now); return err }, PresenceShards},
+		} {
+			cc.n.Store(0)
+			if err := call.do(); err != nil {
+				t.Fatalf("%s: %v", call.name, err)
+			}
+			if got := cc.n.Load(); got != call.want {
+				t.Errorf("a warm %s sent %d commands, want %d", call.name, got, call.want)
+			}
+		}
+	})
+}
