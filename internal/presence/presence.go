@@ -31,7 +31,8 @@ var ErrFull = errors.New("presence: channel is full")
 var ErrGone = errors.New("presence: member is gone; join again")
 
 // Store holds every channel's members and their deadlines. Implementations: memory.Presence
-// (one node); the conformance suite is storetest.RunPresence. A Store forgets a channel once
+// (one node) and redis.Presence (shared by nodes; not wired yet); the conformance suite is
+// storetest.RunPresence. A Store forgets a channel once
 // its last member is gone, and treats a member past its deadline as gone whether or not
 // Expire has removed it yet.
 type Store interface {

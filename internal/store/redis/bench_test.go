@@ -1,9 +1,13 @@
 package redis
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/heraldrt/herald/internal/interest"
+	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/store/storetest"
 	"github.com/heraldrt/herald/internal/testenv"
 )
@@ -17,4 +21,31 @@ func BenchmarkInterest(b *testing.B) {
 		b.Fatal(err)
 	}
 	storetest.BenchInterest(b, s)
+}
+
+// BenchmarkPresence measures round trips to the private Redis: a heartbeat (Touch) and a read
+// of a channel of 64 members (Members). Compare figures within one run.
+func BenchmarkPresence(b *testing.B) {
+	ctx := context.Background()
+	s := NewPresence(dialB(b, testenv.RedisURL(b)))
+	now := time.Now()
+	for i := range 64 {
+		if _, err := s.Track(ctx, "room", presence.Member{ID: fmt.Sprint(i), Meta: []byte(`{"n":1}`)}, now, time.Hour, 64); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("Touch", func(b *testing.B) {
+		for b.Loop() {
+			if ok, err := s.Touch(ctx, "room", "7", now, time.Hour); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+	b.Run("Members64", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Members(ctx, "room", now); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/interest"
+	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/store/storetest"
 )
 
@@ -29,5 +30,11 @@ func TestBrokerConformance(t *testing.T) {
 			}
 			return b
 		})
+	})
+}
+
+func TestPresenceConformance(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		storetest.RunPresence(t, func(t *testing.T) presence.Store { return NewPresence(dial(t, url)) })
 	})
 }

@@ -1,6 +1,7 @@
 // Package redis holds the multi-node implementations of Herald's stores on Redis or a Redis
 // Cluster, and is the only package that imports the Redis client: Interest (interest.Store),
-// Broker (channel.Broker) and Transport (payloads from node to node, one stream per node). Not
+// Broker (channel.Broker), Presence (presence.Store) and Transport (payloads from node to node,
+// one stream per node). Not
 // wired into the server yet: `herald serve` uses the memory implementations.
 //
 // # Keys
@@ -16,23 +17,37 @@
 //	<prefix>:g:{o:<owner>}            STRING generation                         (Interest)
 //	<prefix>:c:{c:<channel>}          HASH   e -> epoch, o -> last offset       (Broker)
 //	<prefix>:h:{c:<channel>}          SET    nodes holding the channel          (Broker)
+//	<prefix>:i:{p:<shard>}            ZSET   channel -> earliest deadline, ms    (Presence)
+//	<prefix>:d:{p:<shard>}:<channel>  ZSET   member id -> deadline, ms           (Presence)
+//	<prefix>:m:{p:<shard>}:<channel>  HASH   member id -> member                 (Presence)
 //	<prefix>:x:{n:<node>}             STREAM what other nodes send the node      (Transport)
 //
 // A row is <identity>\0<node>\0<data>. The tag's "o:" or "c:" keeps it non-empty whatever the
 // owner is (an empty tag would hash the whole key); an owner holding "}" ends its tag early,
 // which is the same for all of its keys, so they still share a slot.
 //
+// Presence keys carry the tag of the channel's shard (FNV-1a of the channel, modulo
+// PresenceShards), not of the channel: the shard's index, which Expire reads to find the channels
+// with a member due, then sits in the channel's slot, and one script changes both. A member is
+// <len(subject)>:<subject><meta>. A channel's keys are deleted with its last member, and expire
+// by TTL (twice the members' TTL, renewed by tracks and heartbeats) if nobody writes or sweeps
+// them any more.
+//
 // # Atomicity
 //
 // Every write is one Lua script over one owner's keys, so the invariants of interest.Store hold
 // under concurrent writers on many nodes, not only in the order one writer sends commands.
 // Scripts read the time from Redis (TIME), so deadlines do not depend on the nodes' clocks.
+// Presence is the exception: presence.Store takes the caller's now, so its members' deadlines
+// are the nodes' clocks, which must agree to well within presence.ttl; its keys' TTLs are
+// Redis's. Each of its writes is one script over one shard's keys, and Track counts the live
+// members in the script that adds one, so concurrent tracks from many nodes never pass the cap.
 // The dispatch hot path, Interest.Watched, is one SMISMEMBER.
 //
 // # Concurrency and lifecycle
 //
-// A Client is safe for concurrent use; Dial connects, Close releases its connections. Interest
-// and Broker start no goroutine of their own (the client's connection goroutines are the
+// A Client is safe for concurrent use; Dial connects, Close releases its connections. Interest,
+// Broker and Presence start no goroutine of their own (the client's connection goroutines are the
 // client's) and every call is bounded by its context or Config.Timeout. A Transport's Run owns
 // its reader and one sender per destination node, and returns when they have ended.
 //

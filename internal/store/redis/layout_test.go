@@ -6,10 +6,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/heraldrt/herald/internal/interest"
+	"github.com/heraldrt/herald/internal/presence"
 )
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the first "{" and the
@@ -28,7 +30,8 @@ func hashTag(key string) string {
 
 // TestKeyLayout writes through every store and checks each key it left: that it has the shape
 // the package documentation gives, and that every key of one owner, and of one channel, shares
-// one hash tag (on the Cluster, one slot as Redis counts it).
+// one hash tag (on the Cluster, one slot as Redis counts it): a presence channel's keys share
+// the tag of its shard's index.
 func TestKeyLayout(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
 		ctx := context.Background()
@@ -60,11 +63,23 @@ func TestKeyLayout(t *testing.T) {
 			}
 		}
 
+		pr := NewPresence(c)
+		rooms := []string{"docs/alice/inbox", "x", "odd}room", "{lead", ""}
+		shards := map[string]bool{}
+		for _, ch := range rooms {
+			if _, err := pr.Track(ctx, ch, presence.Member{ID: "a", Meta: []byte(`{}`)}, time.Now(), time.Minute, 4); err != nil {
+				t.Fatalf("Track in %q: %v", ch, err)
+			}
+			shards[pr.channelKeys(ch)[0]] = true
+		}
+
 		p := regexp.QuoteMeta(c.Prefix())
 		shapes := []*regexp.Regexp{
 			regexp.MustCompile(`^` + p + `:[wnlg]:\{o:.*\}$`),
 			regexp.MustCompile(`^` + p + `:[ts]:\{o:.*\}:.*$`),
 			regexp.MustCompile(`^` + p + `:[ch]:\{c:[^}]*\}$`),
+			regexp.MustCompile(`^` + p + `:i:\{p:[0-9]+\}$`),
+			regexp.MustCompile(`^` + p + `:[dm]:\{p:[0-9]+\}:.*$`),
 		}
 		keys := keysUnder(t, ctx, c)
 		tags := map[string]map[string]bool{} // owner or channel -> tags of its keys
@@ -87,6 +102,14 @@ func TestKeyLayout(t *testing.T) {
 					who = "channel " + ch
 				}
 			}
+			for _, ch := range rooms {
+				if keys := pr.channelKeys(ch); k == keys[1] || k == keys[2] {
+					who = "presence channel " + ch
+				}
+			}
+			if shards[k] {
+				continue // a presence shard's index: its channels' keys are checked against it below
+			}
 			if who == "" {
 				t.Errorf("key %q belongs to no owner or channel the test wrote", k)
 				continue
@@ -96,9 +119,16 @@ func TestKeyLayout(t *testing.T) {
 			}
 			tags[who][hashTag(k)] = true
 		}
-		// Per owner: w n l g, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h.
-		if want := 4*(4+3+2) + 2*2; len(keys) != want {
+		// Per owner: w n l g, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h. Per
+		// presence channel: d m, and an index per shard they fall in.
+		if want := 4*(4+3+2) + 2*2 + 2*len(rooms) + len(shards); len(keys) != want {
 			t.Errorf("%d keys, want %d: %q", len(keys), want, keys)
+		}
+		for _, ch := range rooms {
+			who := "presence channel " + ch
+			if idx := hashTag(pr.channelKeys(ch)[0]); !tags[who][idx] {
+				t.Errorf("%s: keys hash on %v, not on its shard index's tag %q", who, tags[who], idx)
+			}
 		}
 		for who, ts := range tags {
 			if len(ts) != 1 {
