@@ -47,7 +47,8 @@ type Store interface {
 	Untrack(ctx context.Context, channel, id string) (m Member, ok bool, err error)
 	// Members returns channel's live members at now, ordered by ID.
 	Members(ctx context.Context, channel string, now time.Time) ([]Member, error)
-	// Expire removes every member whose deadline is at or before now, and returns them.
+	// Expire removes every member whose deadline is at or before now, and returns them; on an
+	// error, it returns those it removed before it failed.
 	Expire(ctx context.Context, now time.Time) ([]Left, error)
 }
 
@@ -258,10 +259,11 @@ func (p *Presence) Sweep(ctx context.Context) {
 			p.announce(channel, stream.PresenceJoin, m)
 		}
 	}
+	// A store that fails part way returns the members it did remove with the error: they are
+	// gone, so their leaves are announced all the same.
 	left, err := p.store.Expire(ctx, p.cfg.Now())
 	if err != nil {
-		p.cfg.Logger.Warn("presence: expiry failed", "err", err)
-		return
+		p.cfg.Logger.Warn("presence: expiry failed", "err", err, "removed", len(left))
 	}
 	sort.Slice(left, func(i, j int) bool {
 		if left[i].Channel != left[j].Channel {

@@ -270,3 +270,38 @@ func TestRunOwnsOneSweeper(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// failingExpire is a store whose Expire removes what it should and then fails, as a Redis store
+// that lost its connection part way through the shards does.
+type failingExpire struct{ *memory.Presence }
+
+func (f failingExpire) Expire(ctx context.Context, now time.Time) ([]presence.Left, error) {
+	left, err := f.Presence.Expire(ctx, now)
+	if err != nil {
+		return left, err
+	}
+	return left, errors.New("connection lost after the first shard")
+}
+
+// The members an expiry removed before it failed are gone: their leaves are announced.
+func TestExpiryThatFailsPartWayAnnouncesWhatItRemoved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st := memory.NewPresence()
+	p, err := presence.New(presence.Config{TTL: 3 * time.Second, Now: c.Now}, failingExpire{st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Track(ctx, "room", member("dead", ""), c.Now(), 3*time.Second, 10); err != nil {
+		t.Fatal(err)
+	}
+	var r recorder
+	if _, err := p.Watch(ctx, "room", &r, "s"); err != nil {
+		t.Fatal(err)
+	}
+	want(t, &r, "s room roster:dead")
+	c.add(4 * time.Second)
+	p.Sweep(ctx)
+	want(t, &r, "s room leave:dead")
+}
