@@ -44,6 +44,8 @@ type Config struct {
 	Limits            LimitsSection     `yaml:"limits"`
 	ChangefeedSection ChangefeedSection `yaml:"changefeed"`
 	PolicySection     PolicySection     `yaml:"policy"`
+	Redis             RedisSection      `yaml:"redis"`
+	Cluster           ClusterSection    `yaml:"cluster"`
 
 	// sources maps a key to where Load found its value ("herald.yaml:14", "env HERALD_LISTEN"),
 	// so a Validate error can say which of the file and the environment to change. Written by
@@ -102,6 +104,26 @@ type PresenceSection struct {
 	MaxMembers int `yaml:"max_members"`
 	// MaxMetaBytes bounds a member's meta, compacted.
 	MaxMetaBytes Size `yaml:"max_meta_bytes"`
+}
+
+// RedisSection is the Redis (or Redis Cluster) that nodes share: the redis.* keys. Without a
+// URL the node is alone and keeps everything in its memory.
+type RedisSection struct {
+	// URL is redis://[user:password@]host:port[/db] or rediss:// for TLS; a Cluster's other
+	// seed nodes go in addr parameters (redis://h1:7000?addr=h2:7000). Empty: one node.
+	URL string `yaml:"url" secret:"url"`
+	// Prefix starts every key, so several deployments can share one Redis.
+	Prefix string `yaml:"prefix"`
+}
+
+// ClusterSection configures this node among many: the cluster.* keys. Used only with redis.url.
+type ClusterSection struct {
+	// NodeID names this node to the others. Empty: a new random id per process, which is what
+	// a node must have (a restarted node is a new incarnation); set it only to read logs.
+	NodeID string `yaml:"node_id"`
+	// AdvertiseURL is the http(s) URL other nodes reach this node's listener at, to hand it an
+	// SSE command posted to them. Empty: derived from listen when that names a host.
+	AdvertiseURL string `yaml:"advertise_url"`
 }
 
 // LimitsSection bounds what one node and one connection may use: the limits.* keys.
@@ -218,6 +240,9 @@ func Default() *Config {
 		},
 		PolicySection: PolicySection{
 			MaxCost: policy.DefaultMaxCost,
+		},
+		Redis: RedisSection{
+			Prefix: "herald",
 		},
 	}
 }

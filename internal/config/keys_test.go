@@ -43,13 +43,13 @@ func TestKeys(t *testing.T) {
 			secrets[k.Name] = true
 		}
 	}
-	for _, want := range []string{"auth.secrets", "api.keys", "changefeed.database_url"} {
+	for _, want := range []string{"auth.secrets", "api.keys", "changefeed.database_url", "redis.url"} {
 		if !secrets[want] {
 			t.Errorf("%s is not marked secret", want)
 		}
 	}
-	if len(secrets) != 3 {
-		t.Errorf("secret keys = %v, want exactly auth.secrets, api.keys and changefeed.database_url", secrets)
+	if len(secrets) != 4 {
+		t.Errorf("secret keys = %v, want exactly auth.secrets, api.keys, changefeed.database_url and redis.url", secrets)
 	}
 }
 

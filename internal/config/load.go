@@ -458,4 +458,7 @@ var examples = map[string]string{
 	"changefeed.full_identity_tables": "public.items",
 	"changefeed.tenant_column":        "org_id",
 	"changefeed.message_prefixes":     "app.events",
+	"redis.url":                       "redis://redis.internal:6379",
+	"cluster.node_id":                 "node-a",
+	"cluster.advertise_url":           "http://10.0.0.5:8080",
 }

@@ -126,6 +126,12 @@ policy:
       publish: 'channel.startsWith("users/" + auth.sub + "/")'
     rooms/*:
       presence: "true"
+redis:
+  url: redis://:redis-pass-Xy7@cache.internal:6379/2
+  prefix: rt
+cluster:
+  node_id: node-a
+  advertise_url: http://10.0.0.5:9090
 `
 
 func fullConfig() *Config {
@@ -182,6 +188,8 @@ func fullConfig() *Config {
 				"rooms/*":    {Presence: "true"},
 			},
 		},
+		Redis:   RedisSection{URL: "redis://:redis-pass-Xy7@cache.internal:6379/2", Prefix: "rt"},
+		Cluster: ClusterSection{NodeID: "node-a", AdvertiseURL: "http://10.0.0.5:9090"},
 	}
 }
 

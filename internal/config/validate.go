@@ -28,7 +28,7 @@ var (
 // is checked in file order; auth and changefeed settings are checked by those packages'
 // Validate, and their errors carried over with the key and variable to change.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkPresence, c.checkChangefeed, c.checkPolicy} {
+	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -220,6 +220,32 @@ func (c *Config) checkPresence() error {
 			p.MaxMetaBytes, RosterMemberOverhead, roster, lane.Name, c.Limits.ControlLaneBytes),
 			k.fix(fmt.Sprintf("at most %d", int64(half)/int64(p.MaxMetaBytes+RosterMemberOverhead)), exampleFor(k))+
 				fmt.Sprintf(", or lower presence.max_meta_bytes (%s), or raise %s (%s)", mustKey("presence.max_meta_bytes").Env, lane.Name, lane.Env))
+	}
+	return nil
+}
+
+// checkCluster checks the Redis URL's scheme, the key prefix and the advertised URL, and that a
+// node among many can be reached by the others.
+func (c *Config) checkCluster() error {
+	r, cl := c.Redis, c.Cluster
+	if r.URL != "" && !strings.HasPrefix(r.URL, "redis://") && !strings.HasPrefix(r.URL, "rediss://") {
+		k := mustKey("redis.url")
+		return c.bad(k.Name, "is not a redis:// or rediss:// URL", k.fix("a Redis URL", exampleFor(k)))
+	}
+	if strings.ContainsAny(r.Prefix, "{} ") || r.Prefix == "" {
+		k := mustKey("redis.prefix")
+		return c.bad(k.Name, fmt.Sprintf("is %q: a prefix must be non-empty and hold no brace (it would move the keys' hash tag) or space", r.Prefix), k.fix("letters, digits, - or _", "herald"))
+	}
+	if strings.ContainsAny(cl.NodeID, "{} \x00") {
+		k := mustKey("cluster.node_id")
+		return c.bad(k.Name, fmt.Sprintf("is %q: a node id holds no brace, space or NUL", cl.NodeID), k.fix("letters, digits, - or _, or leave it empty for a random one", exampleFor(k)))
+	}
+	if cl.AdvertiseURL != "" {
+		k := mustKey("cluster.advertise_url")
+		u, err := url.Parse(cl.AdvertiseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return c.bad(k.Name, fmt.Sprintf("is %q, want an http or https URL with a host and no credentials", cl.AdvertiseURL), k.fix("http(s)://host:port", exampleFor(k)))
+		}
 	}
 	return nil
 }

@@ -121,6 +121,17 @@ func TestValidate(t *testing.T) {
 		{name: "weak auth over weak TLS", change: func(c *Config) {
 			c.ChangefeedSection.DatabaseURL = "postgres://herald:" + testDBPass + "@db/app?sslmode=prefer&require_auth=password"
 		}, wantKey: "changefeed.database_url", wantDetail: "require_auth"},
+		// cluster
+		{name: "redis url", change: func(c *Config) { c.Redis.URL = "redis://127.0.0.1:6379" }},
+		{name: "redis url not redis", change: func(c *Config) { c.Redis.URL = "http://127.0.0.1:6379" }, wantKey: "redis.url",
+			wantFix: []string{"HERALD_REDIS_URL=redis://redis.internal:6379"}},
+		{name: "redis prefix with a brace", change: func(c *Config) { c.Redis.Prefix = "a{b" }, wantKey: "redis.prefix", wantDetail: "hash tag"},
+		{name: "redis prefix empty", change: func(c *Config) { c.Redis.Prefix = "" }, wantKey: "redis.prefix"},
+		{name: "node id with a space", change: func(c *Config) { c.Cluster.NodeID = "node a" }, wantKey: "cluster.node_id"},
+		{name: "advertise url", change: func(c *Config) { c.Cluster.AdvertiseURL = "https://10.0.0.5:8443" }},
+		{name: "advertise url without a host", change: func(c *Config) { c.Cluster.AdvertiseURL = "http:///x" }, wantKey: "cluster.advertise_url",
+			wantFix: []string{"HERALD_CLUSTER_ADVERTISE_URL=http://10.0.0.5:8080"}},
+		{name: "advertise url ws", change: func(c *Config) { c.Cluster.AdvertiseURL = "ws://10.0.0.5:8080" }, wantKey: "cluster.advertise_url"},
 		{name: "presence ttl under a second", change: func(c *Config) { c.Presence.TTL = 500 * time.Millisecond },
 			wantKey: "presence.ttl", wantDetail: "shorter than 1s"},
 		{name: "presence roster past the control lane", change: func(c *Config) {

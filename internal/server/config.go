@@ -42,6 +42,23 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		PolicyConfig: c.PolicyConfig(),
 		Presence:     c.PresenceConfig(),
 		Fanout:       c.FanoutConfig(),
+		Cluster:      ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
 		Logger:       log,
 	}
 }
+
+// ClusterConfig makes a node one of many that share a Redis: the redis.* and cluster.* keys.
+type ClusterConfig struct {
+	// RedisURL is the shared Redis or Redis Cluster; empty: the node is alone.
+	RedisURL string
+	// RedisPrefix starts every key. Default "herald".
+	RedisPrefix string
+	// NodeID names this node; empty: a new random id per process.
+	NodeID string
+	// AdvertiseURL is how the other nodes reach this node's listener; empty: derived from
+	// Listen when it names a host.
+	AdvertiseURL string
+}
+
+// Enabled reports whether the node shares a Redis with others.
+func (c ClusterConfig) Enabled() bool { return c.RedisURL != "" }

@@ -81,6 +81,9 @@ type Config struct {
 	// Presence configures channel presence (the presence.* keys); its store is this node's
 	// memory.
 	Presence presence.Config
+	// Cluster, when its RedisURL is set, makes this node one of many sharing that Redis
+	// (docs/ARCHITECTURE.md, Many nodes). The zero value: the node is alone.
+	Cluster ClusterConfig
 	// Ready, when set, is asked by /readyz: nil means ready, an error says why not.
 	Ready  func() error
 	Logger *slog.Logger
