@@ -217,6 +217,15 @@ func (q *queue) unreserve(cost int) {
 	}
 }
 
+// force takes room for cost whatever the bounds: for a gap marker, which is small and must
+// not wait behind the publications it is about.
+func (q *queue) force(cost int) {
+	q.mu.Lock()
+	q.n++
+	q.bytes += cost
+	q.mu.Unlock()
+}
+
 // poke wakes the goroutine, without blocking.
 func (q *queue) poke() {
 	select {

@@ -47,8 +47,23 @@
 // except at wire.MaxSafeOffset.
 //
 // With MemoryBroker the streams are per node: two nodes give the same channel different epochs.
-// Offsets that agree across nodes need a shared broker: store/redis.Broker is one (not wired
-// yet), and store/storetest.RunBroker is the contract both pass.
+// Offsets that agree across nodes need a shared broker: store/redis.Broker is one, and
+// store/storetest.RunBroker is the contract both pass.
+//
+// # Many nodes
+//
+// With a Config.Remote (nodes sharing a broker), every publication is also forwarded, under
+// its channel's lock and in offset order, to the Remote, which carries it to the other nodes
+// whose subscriptions it matches; they hand it on with Deliver. Because a channel's offsets
+// are taken on several nodes and travel paths of different lengths, a node then hands a
+// channel's publications on, its own and the others', strictly in offset order: it holds one
+// that arrives ahead of a hole for up to Config.OrderWait, then reports the hole as a gap
+// (upstream_gap, with the exact range) to the channel's subscribers, whatever their event
+// filter. An exact subscription starts after the last offset the node handed on (the
+// broker's head when the node holds the channel for the first time), so what is on its way
+// reaches it; a pattern takes each channel from the first publication of it that arrives.
+// The order state lives in the channel's state, under state.mu; its one timer (time.AfterFunc)
+// takes state.mu like a publish, and is stopped when the state is forgotten.
 //
 // # Concurrency model
 //

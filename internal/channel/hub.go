@@ -48,6 +48,15 @@ type Config struct {
 	// publication with a *BusyError: the overflow rule is wait, then refuse. Default
 	// DefaultQueueWait.
 	QueueWait time.Duration
+
+	// Remote, when set, carries every publication to the other nodes sharing Broker, and
+	// makes the hub hand a channel's publications on in offset order, its own and those
+	// Deliver brings (see Remote). Nil on one node.
+	Remote Remote
+	// OrderWait is how long a publication waits for an earlier offset to arrive from another
+	// node before the earlier one is reported lost. Default DefaultOrderWait. Used only with
+	// Remote.
+	OrderWait time.Duration
 }
 
 // Hub is one node's channels: their offsets and epochs, the subscriptions to them, and the
@@ -75,6 +84,9 @@ type Hub struct {
 	targets sync.Pool
 
 	published, delivered, forgotten atomic.Uint64
+	// late counts publications from other nodes that arrived after their offset was handed
+	// on or reported lost; gaps, the holes reported lost (both with a Remote only).
+	late, gaps atomic.Uint64
 }
 
 // state is one channel on this node: the lock that orders its publications, and what holds
@@ -95,6 +107,8 @@ type state struct {
 	// is the name itself) when a subscription in it has matched a publish here, or exactly
 	// subscribed here, since the bucket was created. The state lives while it has a holder.
 	holders [MaxDepth + 1]*bucket
+	// seq orders the channel's publications across nodes (with a Remote only; see Remote).
+	seq sequence
 }
 
 func (st *state) heldLocked() bool {
@@ -128,6 +142,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.QueueWait <= 0 {
 		cfg.QueueWait = DefaultQueueWait
+	}
+	if cfg.OrderWait <= 0 {
+		cfg.OrderWait = DefaultOrderWait
 	}
 	h := &Hub{
 		bus:      cfg.Bus,
@@ -207,6 +224,11 @@ func (h *Hub) Subscribe(s stream.Receiver, sub string, p Pattern) (pos stream.Po
 	defer h.release(st)
 	if pos, err = h.broker.Head(p.glob); err != nil {
 		return stream.Position{}, nil, err
+	}
+	if h.cfg.Remote != nil {
+		// Among nodes, the subscription starts after what this node has handed on of the
+		// channel, which may trail the broker's head by what is on its way here.
+		pos = st.baseLocked(pos)
 	}
 	h.mu.Lock()
 	b := h.addLocked(sn, p)
@@ -298,7 +320,13 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 		return stream.Position{}, err
 	}
 	h.published.Add(1)
-	ts := h.collect(st, channel, event)
+	if h.cfg.Remote != nil {
+		m := &stream.Message{Pos: pos, Channel: channel, Event: event, Data: data}
+		h.cfg.Remote.Forward(m)
+		h.sequenceLocked(st, q, m, cost)
+		return pos, nil
+	}
+	ts := h.collect(st, channel, event, false)
 	if len(*ts) == 0 {
 		q.unreserve(cost)
 		h.targets.Put(ts)
@@ -317,21 +345,21 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 // and name itself, so at most MaxDepth+1 lookups, whatever the number of subscriptions. Only
 // the groups under those tokens are candidates, and each candidate's pattern is evaluated once
 // per group. Hub.mu is held shared only for this; deliveries happen after it is released.
-func (h *Hub) collect(st *state, name, event string) *[]*subscription {
+func (h *Hub) collect(st *state, name, event string, anyEvent bool) *[]*subscription {
 	ts := h.targets.Get().(*[]*subscription)
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	hit := false
 	if len(h.tokens) > 0 {
-		hit = h.collectAt(st, ts, "", 0, false, name, event)
+		hit = h.collectAt(st, ts, "", 0, false, name, event, anyEvent)
 		k := 0
 		for i := 0; i < len(name); i++ {
 			if name[i] == '/' {
 				k++
-				hit = h.collectAt(st, ts, name[:i], k, false, name[i+1:], event) || hit
+				hit = h.collectAt(st, ts, name[:i], k, false, name[i+1:], event, anyEvent) || hit
 			}
 		}
-		hit = h.collectAt(st, ts, name, k+1, true, "", event) || hit
+		hit = h.collectAt(st, ts, name, k+1, true, "", event, anyEvent) || hit
 	}
 	if !hit {
 		// No subscription's pattern matches the channel any more, whatever the event: the
@@ -352,7 +380,7 @@ func (h *Hub) collect(st *state, name, event string) *[]*subscription {
 // whose pattern and event filter match. It reports whether any pattern there matches the name,
 // whatever the event: a subscription holds a channel whose publications it filters out by
 // event, so the channel's epoch lasts for it too.
-func (h *Hub) collectAt(st *state, ts *[]*subscription, token string, k int, at bool, below, event string) bool {
+func (h *Hub) collectAt(st *state, ts *[]*subscription, token string, k int, at bool, below, event string, anyEvent bool) bool {
 	b := h.tokens[token]
 	if b == nil {
 		return false
@@ -363,7 +391,7 @@ func (h *Hub) collectAt(st *state, ts *[]*subscription, token string, k int, at 
 			continue
 		}
 		hit = true
-		if g.pat.wants(event) {
+		if anyEvent || g.pat.wants(event) {
 			*ts = append(*ts, g.subs...)
 		}
 	}
@@ -408,6 +436,7 @@ func (h *Hub) release(st *state) {
 	// forgotten: its name may belong to a newer state by now.
 	if st.refs.Add(-1) == 0 && h.channels[st.name] == st {
 		delete(h.channels, st.name)
+		st.dropHeldLocked(h.shard(st.name))
 		// Nobody on this node holds the channel's stream: its next publication starts a new
 		// epoch. The broker forgets it under chMu, so no new state for the name can ask it
 		// for a position first.
@@ -445,6 +474,10 @@ type Stats struct {
 	Forgotten     uint64 // channel states forgotten, ever
 	Queued        int    // publications in the fan-out queues: waiting, being handed on, or about to be queued
 	Refused       uint64 // publications refused because their fan-out queue stayed full, ever
+	// With a Remote: publications from other nodes that came after their offset was handed on
+	// or reported lost (dropped), and holes reported lost (each a gap to the channel's
+	// subscribers), ever.
+	Late, Gaps uint64
 }
 
 // Stats returns a snapshot of the hub's gauges and counters. Safe for concurrent use.
@@ -465,6 +498,8 @@ func (h *Hub) Stats() Stats {
 	return Stats{
 		Queued:        queued,
 		Refused:       refused,
+		Late:          h.late.Load(),
+		Gaps:          h.gaps.Load(),
 		Channels:      channels,
 		Tokens:        tokens,
 		Subscriptions: subs,

@@ -1,0 +1,217 @@
+package channel
+
+import (
+	"sort"
+	"time"
+
+	"github.com/heraldrt/herald/internal/stream"
+)
+
+// Remote carries this node's publications to the other nodes that hold a subscription they
+// match, when nodes share a broker (many nodes). The hub calls Forward under the channel's
+// lock, in offset order, for every publication it assigns a position to, whoever holds it
+// locally. Forward must not block: its implementation queues, and a publication it cannot
+// queue is a hole in the channel's offsets, which the receiving nodes report as a gap.
+type Remote interface {
+	Forward(m *stream.Message)
+}
+
+// Ordering across nodes. With a Remote, publications to one channel are assigned offsets by
+// the shared broker on whichever node took them, and reach a node over paths of different
+// lengths: this node's own publications at once, another node's over the bus. So a node
+// hands on a channel's publications, its own and the others', in offset order: each channel
+// state keeps the next offset it expects (seq.next), hands on a publication at that offset at
+// once, and holds one from further ahead until the ones before it arrive. A hole that stays
+// open for Config.OrderWait becomes a gap for the channel's subscribers (upstream_gap, with
+// the exact range), and what was held behind it is handed on; a publication that arrives
+// after its offset was declared lost is dropped (it lies inside that gap). Every offset after
+// the one a node starts at reaches it: the interest a subscription files is written before
+// the subscription reads the channel's head, and a producer looks the interest up after it
+// takes the offset (docs/ARCHITECTURE.md, Many nodes).
+
+// DefaultOrderWait is how long a node holds a publication for an earlier offset to arrive
+// from another node before it reports the earlier one lost.
+const DefaultOrderWait = 250 * time.Millisecond
+
+// maxHeld bounds the publications one channel holds waiting for a hole to close; past it the
+// hole is reported at once.
+const maxHeld = 4096
+
+// sequence is a channel's ordering state on a node with a Remote. Guarded by state.mu.
+type sequence struct {
+	epoch string
+	next  uint64 // the offset to hand on next; 0 until the channel has a starting point
+	held  map[uint64]held
+	timer *time.Timer // armed while held is not empty
+}
+
+type held struct {
+	m    *stream.Message
+	cost int
+}
+
+// baseLocked sets where the channel starts on this node when it has no starting point yet,
+// and returns the position a new exact subscription starts after: the last one handed on.
+func (st *state) baseLocked(head stream.Position) stream.Position {
+	if st.seq.next == 0 || st.seq.epoch != head.Epoch && len(st.seq.held) == 0 {
+		st.seq.epoch, st.seq.next = head.Epoch, head.Offset+1
+		return head
+	}
+	return stream.ChannelPosition(st.seq.epoch, st.seq.next-1)
+}
+
+// Deliver hands a publication that another node took (it carries its position) to this
+// node's subscriptions, in offset order with the channel's other publications. It waits for
+// room in the channel's fan-out queue as a publish does, and returns a *BusyError or
+// ErrHubClosed when it gets none: the caller reports the publication lost.
+func (h *Hub) Deliver(m *stream.Message) error {
+	q := h.shard(m.Channel)
+	cost := jobBytes + len(m.Channel) + len(m.Event) + len(m.Data)
+	if err := q.reserve(m.Channel, cost); err != nil {
+		return err
+	}
+	st := h.acquire(m.Channel)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	defer h.release(st)
+	h.sequenceLocked(st, q, m, cost)
+	return nil
+}
+
+// sequenceLocked hands m on in order, holds it, or drops it; it owns the reservation of cost
+// on q. The caller holds st.mu.
+func (h *Hub) sequenceLocked(st *state, q *queue, m *stream.Message, cost int) {
+	sq := &st.seq
+	off := m.Pos.Offset
+	switch {
+	case sq.next == 0 || m.Pos.Epoch != sq.epoch:
+		// The first publication this node sees of the channel, or a new epoch (the stream
+		// restarted: its subscribers are told by the epoch itself). What was held for the old
+		// epoch will never be completed.
+		h.flushHeldLocked(st, q, false)
+		sq.epoch, sq.next = m.Pos.Epoch, off
+	case off < sq.next:
+		q.unreserve(cost)
+		h.late.Add(1)
+		return
+	case off > sq.next:
+		if _, dup := sq.held[off]; dup {
+			q.unreserve(cost)
+			h.late.Add(1)
+			return
+		}
+		if sq.held == nil {
+			sq.held = make(map[uint64]held)
+		}
+		sq.held[off] = held{m: m, cost: cost}
+		if len(sq.held) >= maxHeld {
+			h.flushHeldLocked(st, q, true)
+			return
+		}
+		if sq.timer == nil {
+			sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
+		}
+		return
+	}
+	h.handLocked(st, q, m, cost)
+	sq.next = off + 1
+	h.drainLocked(st, q)
+}
+
+// drainLocked hands on the held publications that are now next in line.
+func (h *Hub) drainLocked(st *state, q *queue) {
+	sq := &st.seq
+	for {
+		hd, ok := sq.held[sq.next]
+		if !ok {
+			break
+		}
+		delete(sq.held, sq.next)
+		h.handLocked(st, q, hd.m, hd.cost)
+		sq.next++
+	}
+	if len(sq.held) == 0 && sq.timer != nil {
+		sq.timer.Stop()
+		sq.timer = nil
+	}
+}
+
+// flushHeldLocked gives up on the holes before the held publications: each becomes a gap for
+// the channel's subscribers when gap is true (it is false when the epoch changed under them),
+// and the held publications are handed on in order.
+func (h *Hub) flushHeldLocked(st *state, q *queue, gap bool) {
+	sq := &st.seq
+	if len(sq.held) == 0 {
+		return
+	}
+	offs := make([]uint64, 0, len(sq.held))
+	for off := range sq.held {
+		offs = append(offs, off)
+	}
+	sort.Slice(offs, func(i, j int) bool { return offs[i] < offs[j] })
+	for _, off := range offs {
+		hd := sq.held[off]
+		delete(sq.held, off)
+		if gap && off > sq.next {
+			h.gapLocked(st, q, sq.epoch, sq.next, off-1)
+		}
+		h.handLocked(st, q, hd.m, hd.cost)
+		sq.next = off + 1
+	}
+	if sq.timer != nil {
+		sq.timer.Stop()
+		sq.timer = nil
+	}
+}
+
+// expire is the order timer: the hole at the head of the channel stayed open too long.
+func (h *Hub) expire(st *state) {
+	st.refs.Add(1)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	defer h.release(st)
+	st.seq.timer = nil
+	if len(st.seq.held) == 0 {
+		return
+	}
+	h.flushHeldLocked(st, h.shard(st.name), true)
+}
+
+// gapLocked tells the channel's subscriptions on this node, whatever their event filter, that
+// offsets first to last of epoch did not reach this node.
+func (h *Hub) gapLocked(st *state, q *queue, epoch string, first, last uint64) {
+	h.gaps.Add(1)
+	ts := h.collect(st, st.name, "", true)
+	if len(*ts) == 0 {
+		h.targets.Put(ts)
+		return
+	}
+	it := stream.NewGap(&stream.Gap{First: stream.ChannelPosition(epoch, first), Last: stream.ChannelPosition(epoch, last),
+		Lost: last - first + 1, Reason: stream.ReasonUpstreamGap})
+	q.force(jobBytes)
+	q.push(job{it: it, subs: ts, bytes: jobBytes}, jobBytes)
+}
+
+// handLocked queues m for the subscriptions it matches on this node, with the reservation of
+// cost it owns.
+func (h *Hub) handLocked(st *state, q *queue, m *stream.Message, cost int) {
+	ts := h.collect(st, m.Channel, m.Event, false)
+	if len(*ts) == 0 {
+		q.unreserve(cost)
+		h.targets.Put(ts)
+		return
+	}
+	q.push(job{it: stream.NewMessage(m), subs: ts, bytes: cost}, cost)
+}
+
+// dropHeldLocked lets go of what a channel holds as its state is forgotten.
+func (st *state) dropHeldLocked(q *queue) {
+	for off, hd := range st.seq.held {
+		delete(st.seq.held, off)
+		q.unreserve(hd.cost)
+	}
+	if st.seq.timer != nil {
+		st.seq.timer.Stop()
+		st.seq.timer = nil
+	}
+}

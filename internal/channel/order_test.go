@@ -1,0 +1,215 @@
+package channel
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/internal/bus"
+	"github.com/heraldrt/herald/internal/stream"
+)
+
+// captured is a Remote that keeps what a hub forwards, for the test to deliver to another hub
+// in the order it chooses.
+type captured struct {
+	mu   sync.Mutex
+	msgs []*stream.Message
+}
+
+func (c *captured) Forward(m *stream.Message) {
+	c.mu.Lock()
+	c.msgs = append(c.msgs, m)
+	c.mu.Unlock()
+}
+
+func (c *captured) take() []*stream.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.msgs
+	c.msgs = nil
+	return m
+}
+
+// anyRecorder records messages and gaps alike, as "pos" and "gap first..last reason".
+type anyRecorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *anyRecorder) Push(_ string, it *stream.Item) {
+	var s string
+	switch {
+	case it.Message != nil:
+		s = it.Message.Pos.String()
+	case it.Gap != nil:
+		s = fmt.Sprintf("gap %s..%s lost %d %s", it.Gap.First, it.Gap.Last, it.Gap.Lost, it.Gap.Reason)
+	}
+	r.mu.Lock()
+	r.got = append(r.got, s)
+	r.mu.Unlock()
+}
+
+func (r *anyRecorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.got
+	r.got = nil
+	return g
+}
+
+// twoNodes returns two hubs sharing one broker, as two nodes sharing Redis do, each with a
+// Remote that captures what it forwards.
+func twoNodes(t *testing.T, wait time.Duration) (a, b *Hub, ra, rb *captured) {
+	t.Helper()
+	broker := sharedBroker{NewMemoryBroker(MemoryBrokerConfig{NewEpoch: func() string { return "e1" }})}
+	ra, rb = &captured{}, &captured{}
+	mk := func(r *captured) *Hub {
+		h, err := New(Config{Bus: bus.NewMemory(), Broker: broker, Remote: r, OrderWait: wait})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Close)
+		return h
+	}
+	return mk(ra), mk(rb), ra, rb
+}
+
+// sharedBroker stands for a broker shared by nodes: one node forgetting a channel does not end
+// its stream while another holds it, so in this test nothing ends it.
+type sharedBroker struct{ *MemoryBroker }
+
+func (sharedBroker) Forget(string) {}
+
+func deliver(t *testing.T, h *Hub, ms ...*stream.Message) {
+	t.Helper()
+	for _, m := range ms {
+		if err := h.Deliver(m); err != nil {
+			t.Fatalf("Deliver %s: %v", m.Pos, err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, h *Hub, r *anyRecorder, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var got []string
+	for {
+		flush(t, h)
+		got = append(got, r.take()...)
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestOrderAcrossNodes(t *testing.T) {
+	a, b, ra, _ := twoNodes(t, time.Hour)
+	rec := &anyRecorder{}
+	head, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	if head.String() != "e1:0" {
+		t.Fatalf("head = %s, want e1:0", head)
+	}
+	// a takes offsets 1 and 2; b then takes 3 and hands it to its subscriber only after 1 and
+	// 2 arrive from a.
+	mustPublish(t, a, "room/1", "", `1`)
+	mustPublish(t, a, "room/1", "", `2`)
+	mustPublish(t, b, "room/1", "", `3`)
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("b handed on %q before offsets 1 and 2 arrived", got)
+	}
+	fromA := ra.take()
+	deliver(t, b, fromA[1]) // out of order on the way, too
+	deliver(t, b, fromA[0])
+	waitFor(t, b, rec, []string{"e1:1", "e1:2", "e1:3"})
+	// A copy arriving again is dropped.
+	deliver(t, b, fromA[0])
+	flush(t, b)
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("a repeated publication was handed on again: %q", got)
+	}
+	if st := b.Stats(); st.Late != 1 || st.Gaps != 0 {
+		t.Fatalf("stats = %+v, want Late 1, Gaps 0", st)
+	}
+}
+
+func TestOrderHoleBecomesGap(t *testing.T) {
+	a, b, ra, _ := twoNodes(t, 20*time.Millisecond)
+	rec := &anyRecorder{}
+	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", "only-this-event"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	for i := 0; i < 3; i++ {
+		if _, err := a.Publish("room/1", "only-this-event", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromA := ra.take()
+	// Offset 2 is lost on the way: after the wait, b reports exactly it, even to a
+	// subscription whose event filter the lost one might not have matched, and hands on 3.
+	deliver(t, b, fromA[0], fromA[2])
+	waitFor(t, b, rec, []string{"e1:1", "gap e1:2..e1:2 lost 1 upstream_gap", "e1:3"})
+	deliver(t, b, fromA[1]) // too late: inside the gap already reported
+	flush(t, b)
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("a publication inside a reported gap was handed on: %q", got)
+	}
+	if st := b.Stats(); st.Late != 1 || st.Gaps != 1 {
+		t.Fatalf("stats = %+v, want Late 1, Gaps 1", st)
+	}
+}
+
+func TestOrderSubscriberStartsAfterWhatTheNodeHandedOn(t *testing.T) {
+	a, b, ra, _ := twoNodes(t, time.Hour)
+	first := &anyRecorder{}
+	_, unsub, err := b.Subscribe(first, "s1", mustPattern(t, "room/1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	mustPublish(t, a, "room/1", "", `1`)
+	mustPublish(t, a, "room/1", "", `2`)
+	fromA := ra.take()
+	deliver(t, b, fromA[0])
+	waitFor(t, b, first, []string{"e1:1"})
+	// A second subscriber joins while offset 2 is on its way: it starts after 1, what this
+	// node handed on, not after the broker's head 2, so 2 reaches it.
+	second := &anyRecorder{}
+	head, unsub2, err := b.Subscribe(second, "s2", mustPattern(t, "room/1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub2()
+	if head.String() != "e1:1" {
+		t.Fatalf("second head = %s, want e1:1", head)
+	}
+	deliver(t, b, fromA[1])
+	waitFor(t, b, second, []string{"e1:2"})
+	waitFor(t, b, first, []string{"e1:2"})
+}
+
+func TestOrderPatternStartsAtFirstArrival(t *testing.T) {
+	a, b, ra, _ := twoNodes(t, time.Hour)
+	rec := &anyRecorder{}
+	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/*", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	for i := 0; i < 3; i++ {
+		mustPublish(t, a, "room/7", "", `{}`)
+	}
+	fromA := ra.take()
+	deliver(t, b, fromA[1], fromA[2])
+	waitFor(t, b, rec, []string{"e1:2", "e1:3"})
+}
