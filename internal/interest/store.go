@@ -52,6 +52,14 @@ type Store interface {
 	Rows(ctx context.Context, owner string, tokens []string) ([]Row, error)
 	// Generation returns the owner's generation: 0 before its first change.
 	Generation(ctx context.Context, owner string) (uint64, error)
+	// Stamp raises the owner's mark to mark (it never lowers it) and returns the owner's
+	// generation, in one step: a producer stamps the position of what it is about to route
+	// before it reads the rows that routing goes to. The mark lives as long as the generation.
+	Stamp(ctx context.Context, owner string, mark uint64) (uint64, error)
+	// Mark returns the owner's mark: 0 before its first Stamp. A subscriber that reads it after
+	// its Add knows every item past the mark is routed with its row in view, since the Stamp
+	// of such an item came after the Add.
+	Mark(ctx context.Context, owner string) (uint64, error)
 }
 
 // Config configures a Store. The zero value is the default.

@@ -27,7 +27,8 @@ type owner struct {
 	sockets    map[string]*socket
 	identities map[string]int // identity -> rows held
 	gen        uint64
-	genUntil   time.Time // the generation is forgotten after it, as a Redis key's TTL would
+	mark       uint64    // the highest Stamp
+	genUntil   time.Time // the generation and the mark are forgotten after it, as a Redis key's TTL would
 	deadlines  deadlineHeap
 }
 
@@ -362,4 +363,40 @@ func (h *deadlineHeap) Pop() any {
 	s.idx = -1
 	*h = old[:len(old)-1]
 	return s
+}
+
+// Stamp raises o's mark and returns its generation.
+func (m *Interest) Stamp(ctx context.Context, o string, mark uint64) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := interest.CheckName("owner", o); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	ow := m.ownerLocked(o, now, true)
+	ow.mark = max(ow.mark, mark)
+	if until := now.Add(m.cfg.GenerationTTL); until.After(ow.genUntil) {
+		ow.genUntil = until
+	}
+	return ow.gen, nil
+}
+
+// Mark returns o's mark.
+func (m *Interest) Mark(ctx context.Context, o string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := interest.CheckName("owner", o); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ow := m.ownerLocked(o, m.now(), false)
+	if ow == nil {
+		return 0, nil
+	}
+	return ow.mark, nil
 }

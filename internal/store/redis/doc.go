@@ -15,6 +15,7 @@
 //	<prefix>:n:{o:<owner>}            HASH   identity -> rows held              (Interest)
 //	<prefix>:l:{o:<owner>}            ZSET   socket -> deadline, ms             (Interest)
 //	<prefix>:g:{o:<owner>}            STRING generation                         (Interest)
+//	<prefix>:m:{o:<owner>}            STRING mark: 16 hex digits, raised only   (Interest)
 //	<prefix>:c:{c:<channel>}          HASH   e -> epoch, o -> last offset       (Broker)
 //	<prefix>:h:{c:<channel>}          SET    nodes holding the channel          (Broker)
 //	<prefix>:i:{p:<shard>}            ZSET   channel -> earliest deadline, ms    (Presence)

@@ -19,7 +19,7 @@ type Interest struct {
 	c   *Client         // read-only
 	cfg interest.Config // read-only
 
-	add, remove, reap, refresh, rows *rueidis.Lua
+	add, remove, reap, refresh, rows, stamp *rueidis.Lua
 }
 
 var _ interest.Store = (*Interest)(nil)
@@ -36,6 +36,7 @@ func NewInterest(c *Client, cfg interest.Config) (*Interest, error) {
 		reap:    rueidis.NewLuaScript(reapScript),
 		refresh: rueidis.NewLuaScript(refreshScript),
 		rows:    rueidis.NewLuaScript(rowsScript),
+		stamp:   rueidis.NewLuaScript(stampScript),
 	}, nil
 }
 
@@ -222,4 +223,37 @@ func (s *Interest) Generation(ctx context.Context, owner string) (uint64, error)
 		return 0, fmt.Errorf("interest generation %s: %w", owner, err)
 	}
 	return v, nil
+}
+
+// Stamp raises owner's mark and returns its generation: one script.
+func (s *Interest) Stamp(ctx context.Context, owner string, mark uint64) (uint64, error) {
+	if err := interest.CheckName("owner", owner); err != nil {
+		return 0, err
+	}
+	tag := ownerTag(owner)
+	keys := []string{s.c.key("g", tag), s.c.key("m", tag)}
+	n, err := s.stamp.Exec(ctx, s.c.rc, keys, []string{fmt.Sprintf("%016x", mark), millis(s.cfg.GenerationTTL)}).AsInt64()
+	if err != nil {
+		return 0, fmt.Errorf("interest stamp %s: %w", owner, err)
+	}
+	return uint64(n), nil
+}
+
+// Mark returns owner's mark.
+func (s *Interest) Mark(ctx context.Context, owner string) (uint64, error) {
+	if err := interest.CheckName("owner", owner); err != nil {
+		return 0, err
+	}
+	v, err := s.c.rc.Do(ctx, s.c.rc.B().Get().Key(s.c.key("m", ownerTag(owner))).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("interest mark %s: %w", owner, err)
+	}
+	m, err := strconv.ParseUint(v, 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("interest mark %s: stored %q is not a mark", owner, v)
+	}
+	return m, nil
 }

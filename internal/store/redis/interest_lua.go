@@ -154,3 +154,15 @@ for i = 3, #ARGV do
 end
 return out
 `
+
+// KEYS: G M. ARGV: mark (16 hex digits, so string order is number order) gttl. Raises the mark
+// and returns the generation.
+const stampScript = `
+local cur = redis.call('GET', KEYS[2])
+if not cur or ARGV[1] > cur then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+`

@@ -51,6 +51,9 @@ func TestKeyLayout(t *testing.T) {
 					t.Fatalf("Add under %q: %v", o, err)
 				}
 			}
+			if _, err := in.Stamp(ctx, o, 42); err != nil {
+				t.Fatalf("Stamp under %q: %v", o, err)
+			}
 		}
 		br, err := NewBroker(c, BrokerConfig{Node: "n1"})
 		if err != nil {
@@ -75,7 +78,7 @@ func TestKeyLayout(t *testing.T) {
 
 		p := regexp.QuoteMeta(c.Prefix())
 		shapes := []*regexp.Regexp{
-			regexp.MustCompile(`^` + p + `:[wnlg]:\{o:.*\}$`),
+			regexp.MustCompile(`^` + p + `:[wnlgm]:\{o:.*\}$`),
 			regexp.MustCompile(`^` + p + `:[ts]:\{o:.*\}:.*$`),
 			regexp.MustCompile(`^` + p + `:[ch]:\{c:[^}]*\}$`),
 			regexp.MustCompile(`^` + p + `:i:\{p:[0-9]+\}$`),
@@ -119,9 +122,9 @@ func TestKeyLayout(t *testing.T) {
 			}
 			tags[who][hashTag(k)] = true
 		}
-		// Per owner: w n l g, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h. Per
+		// Per owner: w n l g m, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h. Per
 		// presence channel: d m, and an index per shard they fall in.
-		if want := 4*(4+3+2) + 2*2 + 2*len(rooms) + len(shards); len(keys) != want {
+		if want := 4*(5+3+2) + 2*2 + 2*len(rooms) + len(shards); len(keys) != want {
 			t.Errorf("%d keys, want %d: %q", len(keys), want, keys)
 		}
 		for _, ch := range rooms {

@@ -401,6 +401,27 @@ func RunInterest(t *testing.T, newStore NewInterest) {
 		}
 	})
 
+	t.Run("a stamp only raises the mark, and answers the generation", func(t *testing.T) {
+		k := mk(t, interest.Config{})
+		ctx := context.Background()
+		if m, err := k.s.Mark(ctx, "o"); err != nil || m != 0 {
+			t.Fatalf("Mark before any stamp = %d, %v; want 0", m, err)
+		}
+		g := k.add("o", row("t", "s", "1", "alice"))
+		for _, st := range []struct{ stamp, want uint64 }{{0x10, 0x10}, {0x0f, 0x10}, {1 << 40, 1 << 40}, {0xffff_ffff_ffff_fff0, 0xffff_ffff_ffff_fff0}} {
+			got, err := k.s.Stamp(ctx, "o", st.stamp)
+			if err != nil || got != g {
+				t.Fatalf("Stamp(%#x) = %d, %v; want the generation %d", st.stamp, got, err, g)
+			}
+			if m, err := k.s.Mark(ctx, "o"); err != nil || m != st.want {
+				t.Fatalf("Mark after Stamp(%#x) = %#x, %v; want %#x", st.stamp, m, err, st.want)
+			}
+		}
+		if g2 := k.add("o", row("t", "s", "2", "alice")); g2 == g {
+			t.Fatal("Add after stamps did not move the generation")
+		}
+	})
+
 	t.Run("bad arguments are refused", func(t *testing.T) {
 		k := mk(t, interest.Config{})
 		for name, r := range map[string]interest.Row{

@@ -1,0 +1,110 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/stream"
+)
+
+// What crosses between nodes: one payload per item and destination node, its first byte its
+// kind, the rest JSON. Nodes of one deployment run one version; a payload of a kind a node
+// does not know is counted and dropped, as a lost one would be.
+const (
+	kindMessage byte = 'm' // a channel publication
+	kindTxn     byte = 't' // a transaction's changes to tables the destination watches
+)
+
+type wireMessage struct {
+	Pos     stream.Position `json:"pos"`
+	Channel string          `json:"ch"`
+	Event   string          `json:"ev,omitempty"`
+	Data    json.RawMessage `json:"d"`
+}
+
+func encodeMessage(m *stream.Message) ([]byte, error) {
+	b, err := json.Marshal(wireMessage{Pos: m.Pos, Channel: m.Channel, Event: m.Event, Data: m.Data})
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{kindMessage}, b...), nil
+}
+
+func decodeMessage(b []byte) (*stream.Message, error) {
+	var w wireMessage
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, err
+	}
+	if !w.Pos.IsChannel() || w.Channel == "" {
+		return nil, errors.New("a publication without a channel position or a channel")
+	}
+	return &stream.Message{Pos: w.Pos, Channel: w.Channel, Event: w.Event, Data: w.Data}, nil
+}
+
+// wireTxn is a transaction as one destination needs it: only the events of tables it
+// watches, each with its index in the whole transaction (its position), and the overflow.
+type wireTxn struct {
+	XID           uint32           `json:"xid"`
+	CommitLSN     change.LSN       `json:"lsn"`
+	EndLSN        change.LSN       `json:"end"`
+	CommitTime    time.Time        `json:"time,omitzero"`
+	WriteTag      string           `json:"tag,omitempty"`
+	Transactional bool             `json:"tx,omitempty"`
+	Len           int              `json:"n"` // events in the whole transaction
+	Events        []wireEvent      `json:"ev"`
+	Overflow      *change.Overflow `json:"of,omitempty"`
+}
+
+type wireEvent struct {
+	Idx uint32 `json:"i"` // 1-based, in the whole transaction
+	change.Event
+	Key []string `json:"k,omitempty"`
+}
+
+// encodeTxn encodes the events of txn whose indexes (0-based) are in idx.
+func encodeTxn(txn *change.Txn, idx []int) ([]byte, error) {
+	w := wireTxn{XID: txn.XID, CommitLSN: txn.CommitLSN, EndLSN: txn.EndLSN, CommitTime: txn.CommitTime, WriteTag: txn.WriteTag,
+		Transactional: txn.Transactional, Len: len(txn.Events), Overflow: txn.Overflow, Events: make([]wireEvent, 0, len(idx))}
+	for _, i := range idx {
+		e := &txn.Events[i]
+		w.Events = append(w.Events, wireEvent{Idx: uint32(i + 1), Event: *e, Key: e.Key})
+	}
+	b, err := json.Marshal(&w)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{kindTxn}, b...), nil
+}
+
+// maxTxnEvents bounds the events a decoded transaction may claim, so a corrupt payload cannot
+// make a node allocate without bound.
+const maxTxnEvents = 1 << 24
+
+// decodeTxn rebuilds the transaction with its events at their indexes; the events the sender
+// left out (other tables) are empty messages, which the router skips.
+func decodeTxn(b []byte) (*change.Txn, error) {
+	var w wireTxn
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, err
+	}
+	if w.Len < 0 || w.Len > maxTxnEvents || len(w.Events) > w.Len {
+		return nil, fmt.Errorf("a transaction of %d events carrying %d", w.Len, len(w.Events))
+	}
+	txn := &change.Txn{XID: w.XID, CommitLSN: w.CommitLSN, EndLSN: w.EndLSN, CommitTime: w.CommitTime, WriteTag: w.WriteTag,
+		Transactional: w.Transactional, Overflow: w.Overflow, Events: make([]change.Event, w.Len)}
+	for i := range txn.Events {
+		txn.Events[i].Op = change.Message
+	}
+	for _, e := range w.Events {
+		if e.Idx == 0 || int(e.Idx) > w.Len {
+			return nil, fmt.Errorf("event index %d outside a transaction of %d", e.Idx, w.Len)
+		}
+		ev := e.Event
+		ev.Key = e.Key
+		txn.Events[e.Idx-1] = ev
+	}
+	return txn, nil
+}
