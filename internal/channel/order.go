@@ -31,7 +31,7 @@ type Remote interface {
 
 // DefaultOrderWait is how long a node holds a publication for an earlier offset to arrive
 // from another node before it reports the earlier one lost.
-const DefaultOrderWait = 250 * time.Millisecond
+const DefaultOrderWait = time.Second
 
 // maxHeld bounds the publications one channel holds waiting for a hole to close; past it the
 // hole is reported at once.

@@ -56,6 +56,9 @@ type Store interface {
 	// generation, in one step: a producer stamps the position of what it is about to route
 	// before it reads the rows that routing goes to. The mark lives as long as the generation.
 	Stamp(ctx context.Context, owner string, mark uint64) (uint64, error)
+	// Sockets returns the sockets holding a live row under owner, in no particular order: for
+	// what must reach every holder of an owner whatever their tokens.
+	Sockets(ctx context.Context, owner string) ([]string, error)
 	// Mark returns the owner's mark: 0 before its first Stamp. A subscriber that reads it after
 	// its Add knows every item past the mark is routed with its row in view, since the Stamp
 	// of such an item came after the Add.

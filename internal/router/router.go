@@ -204,6 +204,14 @@ func (r *Router) Seed(start change.LSN) {
 	}
 }
 
+// Live reports whether the stream has gone live (Seed or Accept): until then a subscription
+// is refused with unavailable.
+func (r *Router) Live() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.live
+}
+
 // Head is the commit LSN of the last transaction routed.
 func (r *Router) Head() change.LSN {
 	r.mu.RLock()
@@ -234,6 +242,74 @@ type Subscription struct {
 	// still allow it, and it then follows them; a *fault.Error (forbidden, policy_error) when
 	// they do not, and the caller ends it. Safe to call until the subscription is detached.
 	Recheck func(c *policy.Claims) error
+	// Token is the interest token the subscription is filed under among nodes (see
+	// InterestToken).
+	Token string
+}
+
+// Interest tokens. Among many nodes, a table subscription is filed in the interest index
+// under one token, and the replicator routes each change to the nodes holding a token of its
+// rows: "k:<column>=<key>" when the filter pins one column to one value (filter.IndexKeys with
+// one key), so a change reaches only the nodes that hold that value; "*" otherwise, which
+// every change of the table reaches.
+
+// AnyToken is the token of a subscription no single value indexes.
+const AnyToken = "*"
+
+// InterestToken returns the token a subscription with filter f (nil: every row) is filed
+// under.
+func InterestToken(f *filter.Filter) string {
+	if f == nil {
+		return AnyToken
+	}
+	if col, keys, ok := f.IndexKeys(); ok && len(keys) == 1 {
+		return "k:" + col + "=" + keys[0]
+	}
+	return AnyToken
+}
+
+// Tokens appends the interest tokens a change is routed by to dst: AnyToken, and one per
+// column of its new and old images whose value has an index key. The column types come from
+// the schema; an error reading it is returned, and the caller must then route the change as
+// if every token matched.
+func (r *Router) Tokens(ctx context.Context, e *change.Event, dst []string) ([]string, error) {
+	dst = append(dst, AnyToken)
+	if e.Op == change.Truncate {
+		return dst, nil
+	}
+	info, err := r.schema.Table(ctx, e.Table)
+	if err != nil {
+		return dst, err
+	}
+	for _, c := range info.Columns {
+		t := filter.TypeOf(c.OID)
+		for _, row := range [2]change.Row{e.After, e.Before} {
+			if v, ok := row.Get(c.Name); ok {
+				if key, ok := filter.Key(t, v); ok {
+					tok := "k:" + c.Name + "=" + key
+					if len(dst) == 0 || dst[len(dst)-1] != tok {
+						dst = append(dst, tok)
+					}
+				}
+			}
+		}
+	}
+	return dst, nil
+}
+
+// GapAll tells every table subscription on this node that items from first to last may not
+// have reached it, for reason: a loss before this node (the bus between nodes).
+func (r *Router) GapAll(first, last stream.Position, reason stream.Reason) {
+	it := stream.NewGap(&stream.Gap{First: first, Last: last, Reason: reason})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.tables {
+		t.each(func(e *entry) {
+			r.bus.Deliver(e.target, e.sub, it)
+			r.delivered.Add(1)
+		})
+	}
+	r.gaps.Add(1)
 }
 
 // Subscribe validates req against the table and attaches it. It returns where the
@@ -368,7 +444,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	r.mu.Unlock()
 
 	var once sync.Once
-	sub := Subscription{Head: stream.TablePosition(head, 0), Key: info.Key}
+	sub := Subscription{Head: stream.TablePosition(head, 0), Key: info.Key, Token: InterestToken(f)}
 	if tp != nil {
 		sub.Recheck = func(c *policy.Claims) error {
 			return r.recheck(tp, t, e, req, cols, visible, c, types)

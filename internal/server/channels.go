@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
@@ -16,7 +20,8 @@ import (
 // client-facing errors.
 type channels struct {
 	hub        *channel.Hub
-	maxPublish int // the largest data of one publication, compacted, in bytes
+	maxPublish int    // the largest data of one publication, compacted, in bytes
+	peers      *peers // nil when the node is alone
 }
 
 var _ session.Channels = (*channels)(nil)
@@ -35,9 +40,32 @@ func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wir
 	if err != nil {
 		return wire.Position{}, nil, clientError(err)
 	}
+	var release func()
+	if c.peers != nil {
+		// Filed before the subscription reads the channel's head: every publication past the
+		// head finds this node in the interest index (docs/ARCHITECTURE.md, Many nodes).
+		owner, token := cluster.ChannelInterest(p)
+		subject := ""
+		if id, ok := s.(interface{ Identity() auth.Identity }); ok {
+			subject = id.Identity().Subject
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		release, err = c.peers.node.Watch(ctx, owner, token, subject)
+		cancel()
+		if err != nil {
+			return wire.Position{}, nil, shareError(err)
+		}
+	}
 	head, unsubscribe, err := c.hub.Subscribe(s, sub, p)
 	if err != nil {
+		if release != nil {
+			release()
+		}
 		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnavailable, Message: "the channel broker did not answer; retry with backoff", Err: err}
+	}
+	if release != nil {
+		hubUnsubscribe := unsubscribe
+		unsubscribe = func() { hubUnsubscribe(); release() }
 	}
 	return head, unsubscribe, nil
 }

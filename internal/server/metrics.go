@@ -77,6 +77,9 @@ func newMetrics(s *Server) *metrics {
 	counter("herald_channel_publications_refused_total", "Channel publications refused because their fan-out queue stayed full.", func() float64 {
 		return float64(s.channels.hub.Stats().Refused)
 	})
+	if s.peers != nil {
+		s.peers.registerMetrics(m.reg, s.channels.hub)
+	}
 	if s.feed != nil {
 		gauge("herald_changefeed_streaming", "1 while the replication stream is live.", func() float64 {
 			if s.feed.Stats().Streaming {

@@ -130,6 +130,7 @@ type Server struct {
 	metrics      *metrics
 	feed         *changefeed.Feed // nil without a changefeed
 	schema       *pgSchema        // nil without a changefeed
+	peers        *peers           // nil when the node is alone
 
 	conns       atomic.Int64                  // sessions admitted and not yet ended
 	maxSessions atomic.Int64                  // the session limit: limits.max_connections, or less to fit the open-file limit
@@ -161,18 +162,30 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One node: every receiver is a local session. The Redis bus goes here for many nodes.
+	// Every receiver the bus hands to is a local session; items from other nodes reach this
+	// node's hub and router through the cluster node, and are handed on here like its own.
 	b := bus.NewMemory()
-	chans, err := newChannels(b, cfg.Fanout, cfg.MaxPublishBytes)
+	var pr *peers
+	var presStore presence.Store = memory.NewPresence()
+	fanout := cfg.Fanout
+	if cfg.Cluster.Enabled() {
+		if pr, err = newPeers(cfg.Cluster, cfg.Logger); err != nil {
+			return nil, err
+		}
+		fanout.Broker, fanout.Remote, presStore = pr.broker, pr, pr.presence
+	}
+	chans, err := newChannels(b, fanout, cfg.MaxPublishBytes)
 	if err != nil {
+		pr.close()
 		return nil, err
 	}
 	pcfg := cfg.Presence
 	if pcfg.Logger == nil {
 		pcfg.Logger = cfg.Logger
 	}
-	pres, err := presence.New(pcfg, memory.NewPresence())
+	pres, err := presence.New(pcfg, presStore)
 	if err != nil {
+		pr.close()
 		return nil, err
 	}
 	s := &Server{
@@ -187,9 +200,11 @@ func New(cfg Config) (*Server, error) {
 		stopping: make(chan struct{}),
 		ready:    make(chan struct{}),
 		policy:   &gate{p: pol},
+		peers:    pr,
 
 		policyFailed: make(chan error, 1),
 	}
+	chans.peers = pr
 	if cfg.Changefeed == nil {
 		if n := len(pol.Tables()); n > 0 {
 			cfg.Logger.Warn("policy.tables has rules, but no changefeed streams tables (changefeed.database_url is unset): they are not used", "tables", n)
@@ -207,13 +222,16 @@ func New(cfg Config) (*Server, error) {
 		}
 		schema, err := newPGSchema(context.Background(), fc.DatabaseURL, fc.PublicationName())
 		if err != nil {
+			pr.close()
 			return nil, err
 		}
 		r, err := router.New(router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy})
 		if err != nil {
 			schema.Close()
+			pr.close()
 			return nil, err
 		}
+		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr}
 		// The table rules compile once the stream is live, when the publication they read the
 		// tables through exists; until then the router is not live, and a subscription waits.
 		fc.OnStream = func(start change.LSN) {
@@ -226,15 +244,69 @@ func New(cfg Config) (*Server, error) {
 			}
 			r.Seed(start)
 		}
-		feed, err := changefeed.New(fc, r)
+		var sink changefeed.Sink = r
+		if pr != nil {
+			// The replicator routes each transaction to the other nodes too.
+			if err := pr.start(chans.hub, s.tables); err != nil {
+				schema.Close()
+				pr.close()
+				return nil, err
+			}
+			sink = changefeed.SinkFunc(pr.node.Replicate)
+		}
+		feed, err := changefeed.New(fc, sink)
 		if err != nil {
 			schema.Close()
+			pr.close()
 			return nil, err
 		}
-		s.schema, s.tables, s.feed = schema, &tables{router: r, walEnd: schema.WALEnd}, feed
+		s.schema, s.feed = schema, feed
+	}
+	if pr != nil && pr.node == nil {
+		if err := pr.start(chans.hub, nil); err != nil {
+			pr.close()
+			return nil, err
+		}
 	}
 	s.metrics = newMetrics(s)
 	return s, nil
+}
+
+// follow makes the router live on a node that does not replicate, once another node's stream
+// is: the table rules compile against the publication the replicator keeps, and
+// subscriptions start after the database's WAL end now (or past their table's mark).
+func (s *Server) follow(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := s.tables.router
+		if r.Live() {
+			return
+		}
+		if !s.peers.replicating() || s.feed.Stats().Leader {
+			continue
+		}
+		if err := s.policy.load(ctx, s.schema); err != nil {
+			select {
+			case s.policyFailed <- err:
+			default:
+			}
+			return
+		}
+		end, err := s.schema.WALEnd(ctx)
+		if err != nil {
+			s.log.Warn("cluster: read the WAL end to follow the replicator; retrying", "error", err)
+			continue
+		}
+		r.Seed(end)
+		s.log.Info("following another node's replication stream", "from", end.String())
+		return
+	}
 }
 
 // ready reports why the node cannot serve its streams, or nil.
@@ -242,6 +314,18 @@ func (s *Server) notReady() error {
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(); err != nil {
 			return err
+		}
+	}
+	if s.peers != nil {
+		if err := s.peers.notReady(s.feed != nil); err != nil {
+			return err
+		}
+		if s.feed != nil && !s.feed.Stats().Leader {
+			// Another node replicates; this one routes what it sends once its router is live.
+			if !s.tables.router.Live() {
+				return fmt.Errorf("the replication stream is live on another node; this node is starting to follow it")
+			}
+			return nil
 		}
 	}
 	if s.feed != nil {
@@ -366,6 +450,22 @@ func (s *Server) Run(ctx context.Context) error {
 	// that tells clients to reconnect elsewhere, before their I/O is cut.
 	base, stopBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBase()
+	if s.peers != nil {
+		// Among many nodes: the transport, the cluster node and the probe of Redis stop last,
+		// once the sessions have let go of their interest and the changefeed has stopped.
+		peersCtx, stopPeers := context.WithCancel(context.WithoutCancel(ctx))
+		peersDone := make(chan struct{})
+		go func() {
+			defer close(peersDone)
+			s.peers.run(peersCtx, func() bool { return s.feed != nil && s.feed.Stats().Streaming })
+		}()
+		defer func() { stopPeers(); <-peersDone }()
+		if s.tables != nil {
+			followed := make(chan struct{})
+			go func() { defer close(followed); s.follow(peersCtx) }()
+			defer func() { stopPeers(); <-followed }()
+		}
+	}
 	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence}}
 	// Presence's one sweeper: it stops once the sessions have (they untrack as they close).
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))

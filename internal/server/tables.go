@@ -12,6 +12,8 @@ import (
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed"
+	"github.com/heraldrt/herald/internal/cluster"
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/router"
@@ -29,6 +31,9 @@ type tables struct {
 	// walEnd reads the database's current WAL position: no commit this database has made can
 	// be at or past it, so a from there is from somewhere else.
 	walEnd func(context.Context) (change.LSN, error)
+	// peers, when the node is one of many: a subscription's interest is filed for the
+	// replicator to route by, and it starts after the table's mark (see subscribeShared).
+	peers *peers
 }
 
 var _ session.Tables = (*tables)(nil)
@@ -45,8 +50,18 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 		// check below is already held back.
 		target = &floor{Receiver: s, from: f.From}
 	}
+	var cut *cutover
+	if t.peers != nil {
+		cut = &cutover{Receiver: target}
+		target = cut
+	}
 	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target,
 		Claims: policy.NewClaims(f.Identity.Claims)})
+	if err == nil && cut != nil {
+		if sub.Head, unsubscribe, err = t.share(ctx, f, sub, unsubscribe, cut); err != nil {
+			return session.TableSubscription{}, err
+		}
+	}
 	ts := session.TableSubscription{Head: sub.Head, Key: sub.Key, Unsubscribe: unsubscribe}
 	if sub.Recheck != nil {
 		ts.Recheck = func(id auth.Identity) error { return sub.Recheck(policy.NewClaims(id.Claims)) }
@@ -67,6 +82,133 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 			f.From, end)}
 	}
 	return ts, nil
+}
+
+// share files an attached subscription's interest among the nodes and moves its start to
+// where every later change reaches this node: past the table's mark, read after the row was
+// filed (cluster.Node.Replicate says why that is exact). What the router handed the
+// subscription meanwhile waits in cut, which then lets through only what is past the start.
+func (t *tables) share(ctx context.Context, f session.SubscribeRequest, sub router.Subscription, unsubscribe func(), cut *cutover) (stream.Position, func(), error) {
+	table := f.Table
+	if !strings.Contains(table, ".") {
+		table = "public." + table
+	}
+	owner := cluster.TableOwner(table)
+	release, err := t.peers.node.Watch(ctx, owner, sub.Token, f.Identity.Subject)
+	if err != nil {
+		unsubscribe()
+		return stream.Position{}, nil, shareError(err)
+	}
+	mark, err := t.peers.node.Mark(ctx, owner)
+	if err != nil {
+		unsubscribe()
+		release()
+		return stream.Position{}, nil, shareError(err)
+	}
+	head := sub.Head
+	if lsn := change.LSN(mark); lsn > head.LSN {
+		head = stream.TablePosition(lsn, 0)
+	}
+	cut.open(head)
+	return head, func() { unsubscribe(); release() }, nil
+}
+
+// shareError keeps a refusal the interest index made (too many subscriptions) and turns a
+// failure to reach it into unavailable.
+func shareError(err error) error {
+	var fe *fault.Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return &wire.Error{Code: wire.CodeUnavailable, Message: "the nodes' shared Redis did not answer; retry with backoff", Err: err}
+}
+
+// cutover holds what the router hands a subscription between its attaching and its start
+// being known, then lets through only what is past the start. Push is called by the router
+// under its lock; open by the subscribing goroutine.
+type cutover struct {
+	stream.Receiver
+	mu      sync.Mutex
+	opened  bool            // guarded by mu
+	start   stream.Position // guarded by mu: items at or before it are dropped, once opened
+	passed  bool            // guarded by mu: an item past start went through; every later one is
+	waiting []cutItem       // guarded by mu: at most maxCutover, in order
+	lost    *stream.Gap     // guarded by mu: what did not fit in waiting
+}
+
+type cutItem struct {
+	sub string
+	it  *stream.Item
+}
+
+// maxCutover bounds what a subscription holds while its start is read from Redis: one round
+// trip's worth of changes on a busy table.
+const maxCutover = 4096
+
+func (c *cutover) Push(sub string, it *stream.Item) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opened {
+		c.passLocked(sub, it)
+		return
+	}
+	if len(c.waiting) < maxCutover {
+		c.waiting = append(c.waiting, cutItem{sub, it})
+		return
+	}
+	p := it.Position()
+	if c.lost == nil {
+		c.lost = &stream.Gap{First: p, Reason: stream.ReasonUpstreamGap}
+	}
+	c.lost.Last = p
+	c.lost.Lost++
+}
+
+func (c *cutover) passLocked(sub string, it *stream.Item) {
+	if !c.passed {
+		if p := it.Position(); p.IsTable() && !after(p, c.start) {
+			return
+		}
+		c.passed = true
+	}
+	c.Receiver.Push(sub, it)
+}
+
+// open sets the start and hands on what waited past it.
+func (c *cutover) open(start stream.Position) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.opened, c.start = true, start
+	for _, w := range c.waiting {
+		c.passLocked(w.sub, w.it)
+	}
+	if c.lost != nil && len(c.waiting) > 0 {
+		if after(c.lost.Last, start) {
+			c.Receiver.Push(c.waiting[0].sub, stream.NewGap(c.lost))
+		}
+	}
+	c.waiting, c.lost = nil, nil
+}
+
+// Accept, Stale and Tokens are what the cluster node asks of the router (cluster.Tables).
+func (t *tables) Accept(ctx context.Context, txn *change.Txn) error { return t.router.Accept(ctx, txn) }
+
+func (t *tables) Tokens(ctx context.Context, e *change.Event, dst []string) ([]string, error) {
+	return t.router.Tokens(ctx, e, dst)
+}
+
+// Stale tells every table subscription here that changes after the last one routed, up to
+// the database's WAL end now, may be lost: whatever the replicator sends after this is past
+// it, or lies inside it.
+func (t *tables) Stale(reason stream.Reason) {
+	head := t.router.Head()
+	last := head
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if end, err := t.walEnd(ctx); err == nil && end > last {
+		last = end
+	}
+	t.router.GapAll(stream.TablePosition(head, 0), stream.TablePosition(last, 0), reason)
 }
 
 // floor holds back a resumed table subscription's frames at or before its from, which the

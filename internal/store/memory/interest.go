@@ -400,3 +400,27 @@ func (m *Interest) Mark(ctx context.Context, o string) (uint64, error) {
 	}
 	return ow.mark, nil
 }
+
+// Sockets returns o's live sockets.
+func (m *Interest) Sockets(ctx context.Context, o string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := interest.CheckName("owner", o); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	ow := m.ownerLocked(o, now, false)
+	if ow == nil {
+		return nil, nil
+	}
+	var out []string
+	for name, s := range ow.sockets {
+		if len(s.subs) > 0 && !s.deadline.Before(now) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}

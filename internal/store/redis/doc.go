@@ -22,6 +22,7 @@
 //	<prefix>:d:{p:<shard>}:<channel>  ZSET   member id -> deadline, ms           (Presence)
 //	<prefix>:m:{p:<shard>}:<channel>  HASH   member id -> member                 (Presence)
 //	<prefix>:x:{n:<node>}             STREAM what other nodes send the node      (Transport)
+//	<prefix>:b:{b:<name>}             STRING a beacon: a value with a TTL         (Beacon)
 //
 // A row is <identity>\0<node>\0<data>. The tag's "o:" or "c:" keeps it non-empty whatever the
 // owner is (an empty tag would hash the whole key); an owner holding "}" ends its tag early,

@@ -19,7 +19,7 @@ type Interest struct {
 	c   *Client         // read-only
 	cfg interest.Config // read-only
 
-	add, remove, reap, refresh, rows, stamp *rueidis.Lua
+	add, remove, reap, refresh, rows, stamp, sockets *rueidis.Lua
 }
 
 var _ interest.Store = (*Interest)(nil)
@@ -37,6 +37,7 @@ func NewInterest(c *Client, cfg interest.Config) (*Interest, error) {
 		refresh: rueidis.NewLuaScript(refreshScript),
 		rows:    rueidis.NewLuaScript(rowsScript),
 		stamp:   rueidis.NewLuaScript(stampScript),
+		sockets: rueidis.NewLuaScript(socketsScript),
 	}, nil
 }
 
@@ -256,4 +257,16 @@ func (s *Interest) Mark(ctx context.Context, owner string) (uint64, error) {
 		return 0, fmt.Errorf("interest mark %s: stored %q is not a mark", owner, v)
 	}
 	return m, nil
+}
+
+// Sockets returns owner's live sockets: one ZRANGE over the deadlines, from the server's now.
+func (s *Interest) Sockets(ctx context.Context, owner string) ([]string, error) {
+	if err := interest.CheckName("owner", owner); err != nil {
+		return nil, err
+	}
+	v, err := s.sockets.Exec(ctx, s.c.rc, []string{s.c.key("l", ownerTag(owner))}, nil).AsStrSlice()
+	if err != nil {
+		return nil, fmt.Errorf("interest sockets %s: %w", owner, err)
+	}
+	return v, nil
 }

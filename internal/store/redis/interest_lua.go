@@ -166,3 +166,10 @@ else
 end
 return tonumber(redis.call('GET', KEYS[1]) or '0')
 `
+
+// KEYS: L. Returns the sockets whose deadline has not passed, by the server's clock.
+const socketsScript = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
+`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -420,6 +421,30 @@ func RunInterest(t *testing.T, newStore NewInterest) {
 		if g2 := k.add("o", row("t", "s", "2", "alice")); g2 == g {
 			t.Fatal("Add after stamps did not move the generation")
 		}
+	})
+
+	t.Run("sockets lists the live holders of an owner", func(t *testing.T) {
+		k := mk(t, interest.Config{TTL: suiteTTL})
+		ctx := context.Background()
+		k.add("o", row("a", "s1", "1", "alice"))
+		k.add("o", row("b", "s2", "1", "bob"))
+		k.add("o", row("b", "s2", "2", "bob"))
+		k.add("other", row("a", "s3", "1", "carol"))
+		got, err := k.s.Sockets(ctx, "o")
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, []string{"s1", "s2"}) {
+			t.Fatalf("Sockets = %v, %v; want [s1 s2]", got, err)
+		}
+		if _, err := k.s.Reap(ctx, "o", "s1"); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := k.s.Sockets(ctx, "o"); err != nil || !slices.Equal(got, []string{"s2"}) {
+			t.Fatalf("Sockets after reaping s1 = %v, %v; want [s2]", got, err)
+		}
+		eventually(t, 10*suiteTTL, "a socket past its deadline is still listed", func() bool {
+			got, err := k.s.Sockets(ctx, "o")
+			return err == nil && len(got) == 0
+		})
 	})
 
 	t.Run("bad arguments are refused", func(t *testing.T) {

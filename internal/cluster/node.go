@@ -1,0 +1,512 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/fault"
+	"github.com/heraldrt/herald/internal/interest"
+	"github.com/heraldrt/herald/internal/stream"
+)
+
+// Transport carries payloads to other nodes: store/redis.Transport. Send queues and never
+// blocks; Flush returns once everything queued before it is in the destinations' streams or
+// was dropped (a drop the destination reports as a gap).
+type Transport interface {
+	Send(node string, data []byte)
+	Flush(ctx context.Context) error
+}
+
+// Hub is this node's channel hub, as the receiving side needs it.
+type Hub interface {
+	// Deliver hands a publication another node took to this node's subscriptions, in offset
+	// order; an error means it could not, and it is reported lost.
+	Deliver(m *stream.Message) error
+}
+
+// Tables is this node's router, as the receiving side needs it.
+type Tables interface {
+	// Accept routes a transaction (with only the events this node watches) to this node's
+	// subscriptions.
+	Accept(ctx context.Context, txn *change.Txn) error
+	// Stale tells every table subscription on this node that its view went stale after the
+	// last transaction it was handed, for reason (a loss on the way from the replicator).
+	Stale(reason stream.Reason)
+	// Tokens appends the interest tokens a change is routed by (router.Router.Tokens); on an
+	// error the change goes to every node that holds the table.
+	Tokens(ctx context.Context, e *change.Event, dst []string) ([]string, error)
+}
+
+// Config configures a Node. Node, Interest and Transport are required.
+type Config struct {
+	// Node is this node's id: its rows name it, and other nodes send to it by it.
+	Node      string
+	Interest  interest.Store
+	Transport Transport
+	// Hub and Tables receive what other nodes send; Tables is nil without a changefeed.
+	Hub    Hub
+	Tables Tables
+	// RowTTL is the interest store's TTL: Run renews this node's rows every RowTTL/4.
+	// Default interest.DefaultTTL.
+	RowTTL time.Duration
+	// QueueItems and QueueBytes bound the publications waiting to be routed to other nodes,
+	// and what other nodes sent waiting to be handed on here. Default 16384 and 16 MiB.
+	QueueItems int
+	QueueBytes int
+	// Timeout bounds each interest call a subscription makes. Default 5s.
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// Node is this node's share of the cross-node fan-out: it files the interest of its
+// subscriptions, routes its publications (and, on the replicator, the transactions) to the
+// nodes whose interest they hit, and hands what other nodes send it to its hub and router.
+//
+// Goroutines, all owned by Run: the router of publications (one, so a channel's publications
+// leave in the order their offsets were taken), the receiver (one, so what one producer sent
+// is handed on in order), and the renewer of rows.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	mu   sync.Mutex
+	held map[string]*owned // guarded by mu: the rows this node filed, by owner
+	seq  atomic.Uint64     // names subscriptions: unique on this node
+
+	out *queue[*stream.Message] // publications to route
+	in  *queue[inbound]         // payloads received
+
+	cache  map[string]*ownerCache // owned by the publication router goroutine
+	tcache map[string]*ownerCache // owned by Replicate's caller, the changefeed's sink goroutine
+
+	stats counters
+}
+
+// owned is what this node filed under one owner, to renew and to file again after a loss.
+type owned struct {
+	rows map[string]interest.Row // by Sub
+}
+
+// ownerCache is the rows of an owner's tokens as read at one generation.
+type ownerCache struct {
+	gen   uint64
+	nodes map[string][]string // token -> the distinct nodes its rows name
+}
+
+type inbound struct {
+	from string
+	data []byte
+	gap  GapReason // set for a gap report; data is nil
+}
+
+// GapReason is why a producer's payloads were lost on the way here (the transport's reason).
+type GapReason string
+
+type counters struct {
+	sent, received, dropped, gaps [kinds]atomic.Uint64
+	lookups                       atomic.Uint64
+}
+
+// The kinds of payload, as metric labels.
+const (
+	KindChannel = iota
+	KindTable
+	kinds
+)
+
+// KindNames are the metric labels of the kinds.
+var KindNames = [kinds]string{"channel", "table"}
+
+// New returns a node; Run starts it.
+func New(cfg Config) (*Node, error) {
+	if cfg.Node == "" || cfg.Interest == nil || cfg.Transport == nil || cfg.Hub == nil {
+		return nil, errors.New("cluster: Node, Interest, Transport and Hub are required")
+	}
+	if cfg.RowTTL <= 0 {
+		cfg.RowTTL = interest.DefaultTTL
+	}
+	if cfg.QueueItems <= 0 {
+		cfg.QueueItems = 16384
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = 16 << 20
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Node{
+		cfg: cfg, log: cfg.Logger,
+		held:  map[string]*owned{},
+		out:   newQueue[*stream.Message](cfg.QueueItems, cfg.QueueBytes),
+		in:    newQueue[inbound](cfg.QueueItems, cfg.QueueBytes),
+		cache:  map[string]*ownerCache{},
+		tcache: map[string]*ownerCache{},
+	}, nil
+}
+
+// ID is this node's id.
+func (n *Node) ID() string { return n.cfg.Node }
+
+// Watch files a subscription's interest under owner and token for identity, and returns the
+// function that removes it. It refuses past the identity's limit (too_many_subscriptions).
+func (n *Node) Watch(ctx context.Context, owner, token, identity string) (release func(), err error) {
+	if identity == "" {
+		identity = "anonymous"
+	}
+	// The node is the socket: its liveness is what the rows' deadlines follow, renewed once per
+	// owner for all of its subscriptions, and a subscription's own row goes when it ends.
+	r := interest.Row{Token: token, Socket: n.cfg.Node, Sub: strconv.FormatUint(n.seq.Add(1), 36), Identity: identity, Node: n.cfg.Node}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	defer cancel()
+	if _, err := n.cfg.Interest.Add(ctx, owner, r); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	o := n.held[owner]
+	if o == nil {
+		o = &owned{rows: map[string]interest.Row{}}
+		n.held[owner] = o
+	}
+	o.rows[r.Sub] = r
+	n.mu.Unlock()
+	return sync.OnceFunc(func() { n.unwatch(owner, r.Sub) }), nil
+}
+
+func (n *Node) unwatch(owner, sub string) {
+	n.mu.Lock()
+	if o := n.held[owner]; o != nil {
+		delete(o.rows, sub)
+		if len(o.rows) == 0 {
+			delete(n.held, owner)
+		}
+	}
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Timeout)
+	defer cancel()
+	if _, err := n.cfg.Interest.Remove(ctx, owner, n.cfg.Node, sub); err != nil {
+		// The row stays until this node stops renewing it; items it draws are dropped here.
+		n.log.Warn("cluster: remove a subscription's interest", slog.String("owner", owner), slog.Any("err", err))
+	}
+}
+
+// Mark returns the position of the last item routed under owner before now (0 when none):
+// read after Watch, every item past it reaches this node.
+func (n *Node) Mark(ctx context.Context, owner string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	defer cancel()
+	return n.cfg.Interest.Mark(ctx, owner)
+}
+
+// Forward queues a publication this node took for the nodes whose interest it hits
+// (channel.Remote). A full queue drops it: the receiving nodes see the hole in the channel's
+// offsets and report it.
+func (n *Node) Forward(m *stream.Message) {
+	if !n.out.push(m, len(m.Channel)+len(m.Event)+len(m.Data)+64) {
+		n.stats.dropped[KindChannel].Add(1)
+	}
+}
+
+// Receive queues a payload another node sent (the transport's reader calls it). A full queue
+// drops it and reports the loss as a gap from that node.
+func (n *Node) Receive(from string, data []byte) {
+	if !n.in.push(inbound{from: from, data: data}, len(data)+64) {
+		n.stats.dropped[kindOf(data)].Add(1)
+		n.in.force(inbound{from: from, gap: "receive_queue_full"})
+	}
+}
+
+// Gap queues the transport's report that payloads from node from were lost.
+func (n *Node) Gap(from string, reason GapReason) {
+	n.in.force(inbound{from: from, gap: reason})
+}
+
+func kindOf(data []byte) int {
+	if len(data) > 0 && data[0] == kindTxn {
+		return KindTable
+	}
+	return KindChannel
+}
+
+// Run routes, receives and renews until ctx ends.
+func (n *Node) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); n.routeLoop(ctx) }()
+	go func() { defer wg.Done(); n.receiveLoop(ctx) }()
+	go func() { defer wg.Done(); n.renewLoop(ctx) }()
+	<-ctx.Done()
+	n.out.close()
+	n.in.close()
+	wg.Wait()
+	return nil
+}
+
+// routeLoop routes this node's publications, a batch at a time: one generation read per owner
+// per batch, and the owner's rows read again only when its generation moved.
+func (n *Node) routeLoop(ctx context.Context) {
+	for {
+		batch, ok := n.out.take()
+		if !ok {
+			return
+		}
+		gens := map[string]uint64{}
+		for _, m := range batch {
+			n.routeMessage(ctx, m, gens)
+		}
+		n.out.done(batch)
+	}
+}
+
+// routeMessage sends m to the nodes whose interest it hits. gens holds the generations read
+// for this batch: each owner's is read once per batch, after every offset in it was taken.
+func (n *Node) routeMessage(ctx context.Context, m *stream.Message, gens map[string]uint64) {
+	var data []byte
+	sent := map[string]bool{}
+	for _, ot := range messageInterest(m.Channel) {
+		nodes, err := n.nodesFor(ctx, n.cache, gens, ot.owner, ot.tokens)
+		if err != nil {
+			// The receivers see the hole in the channel's offsets and report it.
+			n.stats.dropped[KindChannel].Add(1)
+			n.log.Warn("cluster: route a publication", slog.String("channel", m.Channel), slog.Any("err", err))
+			return
+		}
+		for _, node := range nodes {
+			if node == n.cfg.Node || sent[node] {
+				continue
+			}
+			if data == nil {
+				if data, err = encodeMessage(m); err != nil {
+					n.log.Error("cluster: encode a publication", slog.Any("err", err))
+					return
+				}
+			}
+			sent[node] = true
+			n.cfg.Transport.Send(node, data)
+			n.stats.sent[KindChannel].Add(1)
+		}
+	}
+}
+
+// nodesFor returns the nodes holding a row under any of tokens of owner. The generation is
+// read after the item's position was taken (a publication's offset, a transaction's stamp),
+// so a row added before that is in what it returns.
+func (n *Node) nodesFor(ctx context.Context, cache map[string]*ownerCache, gens map[string]uint64, owner string, tokens []string) ([]string, error) {
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	defer cancel()
+	gen, ok := gens[owner]
+	if !ok {
+		var err error
+		if gen, err = n.cfg.Interest.Generation(cctx, owner); err != nil {
+			return nil, err
+		}
+		gens[owner] = gen
+	}
+	return n.nodesAt(cctx, cache, owner, gen, tokens)
+}
+
+// nodesAt is nodesFor once the owner's generation is known.
+func (n *Node) nodesAt(ctx context.Context, cache map[string]*ownerCache, owner string, gen uint64, tokens []string) ([]string, error) {
+	c := cache[owner]
+	if c == nil || c.gen != gen {
+		c = &ownerCache{gen: gen, nodes: map[string][]string{}}
+		cache[owner] = c
+		if len(cache) > maxCachedOwners {
+			for o := range cache {
+				if o != owner {
+					delete(cache, o)
+					break
+				}
+			}
+		}
+	}
+	var missing []string
+	for _, t := range tokens {
+		if _, ok := c.nodes[t]; !ok {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		n.stats.lookups.Add(1)
+		rows, err := n.cfg.Interest.Rows(ctx, owner, missing)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range missing {
+			c.nodes[t] = nil
+		}
+		for _, r := range rows {
+			if !contains(c.nodes[r.Token], r.Node) {
+				c.nodes[r.Token] = append(c.nodes[r.Token], r.Node)
+			}
+		}
+	}
+	var out []string
+	for _, t := range tokens {
+		for _, node := range c.nodes[t] {
+			if !contains(out, node) {
+				out = append(out, node)
+			}
+		}
+	}
+	return out, nil
+}
+
+// maxCachedOwners bounds the rows cache: past it an owner is let go at random.
+const maxCachedOwners = 4096
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// receiveLoop hands what other nodes sent to the hub and the router, in the order each sent
+// it.
+func (n *Node) receiveLoop(ctx context.Context) {
+	for {
+		batch, ok := n.in.take()
+		if !ok {
+			return
+		}
+		for _, in := range batch {
+			n.receive(ctx, in)
+		}
+		n.in.done(batch)
+	}
+}
+
+func (n *Node) receive(ctx context.Context, in inbound) {
+	if in.gap != "" {
+		n.log.Warn("cluster: items from another node were lost on the way; its subscribers here are told",
+			slog.String("from", in.from), slog.String("reason", string(in.gap)))
+		n.stats.gaps[KindTable].Add(1)
+		if n.cfg.Tables != nil {
+			n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
+		}
+		// A lost publication shows as a hole in its channel's offsets, reported once the next
+		// one arrives (channel.Hub's ordering).
+		return
+	}
+	if len(in.data) == 0 {
+		return
+	}
+	switch in.data[0] {
+	case kindMessage:
+		m, err := decodeMessage(in.data[1:])
+		if err != nil {
+			n.stats.dropped[KindChannel].Add(1)
+			n.log.Error("cluster: a publication from another node does not decode", slog.String("from", in.from), slog.Any("err", err))
+			return
+		}
+		n.stats.received[KindChannel].Add(1)
+		if err := n.cfg.Hub.Deliver(m); err != nil {
+			n.stats.dropped[KindChannel].Add(1)
+			n.log.Warn("cluster: hand on a publication", slog.String("channel", m.Channel), slog.Any("err", err))
+		}
+	case kindTxn:
+		txn, err := decodeTxn(in.data[1:])
+		if err == nil && n.cfg.Tables == nil {
+			err = errors.New("this node streams no tables")
+		}
+		if err != nil {
+			n.stats.dropped[KindTable].Add(1)
+			n.log.Error("cluster: a transaction from another node cannot be routed", slog.String("from", in.from), slog.Any("err", err))
+			if n.cfg.Tables != nil {
+				n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
+			}
+			return
+		}
+		n.stats.received[KindTable].Add(1)
+		if err := n.cfg.Tables.Accept(ctx, txn); err != nil && ctx.Err() == nil {
+			n.log.Warn("cluster: route a transaction", slog.String("lsn", txn.CommitLSN.String()), slog.Any("err", err))
+			n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
+		}
+	default:
+		n.stats.dropped[KindChannel].Add(1)
+		n.log.Error("cluster: a payload of an unknown kind", slog.String("from", in.from), slog.Int("kind", int(in.data[0])))
+	}
+}
+
+// renewLoop renews this node's rows every RowTTL/4, and files again what the store lost (this
+// node stalled past the TTL, or Redis lost it): what was routed meanwhile did not come here,
+// so the tables' subscribers are told, and the channels' see the holes in their offsets.
+func (n *Node) renewLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.RowTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n.renew(ctx)
+	}
+}
+
+func (n *Node) renew(ctx context.Context) {
+	n.mu.Lock()
+	owners := make(map[string][]interest.Row, len(n.held))
+	for o, h := range n.held {
+		rows := make([]interest.Row, 0, len(h.rows))
+		for _, r := range h.rows {
+			rows = append(rows, r)
+		}
+		owners[o] = rows
+	}
+	n.mu.Unlock()
+	for o, rows := range owners {
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+		have, err := n.cfg.Interest.Refresh(cctx, o, n.cfg.Node)
+		if err == nil && have < len(rows) {
+			n.log.Warn("cluster: this node's subscriptions had expired in Redis; filing them again", slog.String("owner", o),
+				slog.Int("held", have), slog.Int("want", len(rows)))
+			for _, r := range rows {
+				if _, aerr := n.cfg.Interest.Add(cctx, o, r); aerr != nil && !isDuplicate(aerr) {
+					err = aerr
+				}
+			}
+			if o[0] == 't' && n.cfg.Tables != nil {
+				n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
+			}
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			n.log.Warn("cluster: renew this node's subscriptions", slog.String("owner", o), slog.Any("err", err))
+		}
+	}
+}
+
+func isDuplicate(err error) bool {
+	var fe *fault.Error
+	return errors.As(err, &fe) && fe.Code == fault.CodeDuplicateSubscription
+}
+
+// Stats is a snapshot of a node's counters.
+type Stats struct {
+	Sent, Received, Dropped, Gaps [kinds]uint64
+	Lookups                       uint64 // rows read from the interest store
+	Routing, Receiving            int    // items waiting in each queue
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
+	var s Stats
+	for k := range kinds {
+		s.Sent[k], s.Received[k], s.Dropped[k], s.Gaps[k] = n.stats.sent[k].Load(), n.stats.received[k].Load(), n.stats.dropped[k].Load(), n.stats.gaps[k].Load()
+	}
+	s.Lookups = n.stats.lookups.Load()
+	s.Routing, s.Receiving = n.out.len(), n.in.len()
+	return s
+}

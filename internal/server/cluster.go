@@ -1,0 +1,198 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/cluster"
+	"github.com/heraldrt/herald/internal/interest"
+	redisstore "github.com/heraldrt/herald/internal/store/redis"
+	"github.com/heraldrt/herald/internal/stream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// peers is this node's part among many that share a Redis: nil when the node is alone. It owns
+// the Redis client and what is built on it: the channel broker, the interest index, the
+// transport between nodes, presence's store, and the replicator's beacon.
+type peers struct {
+	id        string
+	client    *redisstore.Client
+	broker    *redisstore.Broker
+	interest  *redisstore.Interest
+	transport *redisstore.Transport
+	presence  *redisstore.Presence
+	beacon    *redisstore.Beacon // who replicates: its node id while its stream is live
+	node      *cluster.Node
+	hub       *hubRef
+	log       *slog.Logger
+
+	mu        sync.Mutex
+	healthErr error // guarded by mu: why Redis did not answer the last probe; nil when it did
+	leader    bool  // guarded by mu: a replicator's beacon was seen at the last probe
+}
+
+// beaconTTL is how long the replicator's beacon outlives its last renewal; it renews every
+// third of it.
+const beaconTTL = 6 * time.Second
+
+// hubRef breaks the knot between the hub (which forwards to the cluster node) and the node
+// (which delivers to the hub): it is set once, before either runs.
+type hubRef struct{ h *channel.Hub }
+
+func (r *hubRef) Deliver(m *stream.Message) error { return r.h.Deliver(m) }
+
+func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
+	id := cfg.NodeID
+	if id == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		id = hex.EncodeToString(b[:])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := redisstore.Dial(ctx, redisstore.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return nil, fmt.Errorf("%w (check redis.url / HERALD_REDIS_URL, and that Redis answers there)", err)
+	}
+	p := &peers{id: id, client: c, hub: &hubRef{}, log: log.With("node", id)}
+	fail := func(err error) (*peers, error) { c.Close(); return nil, err }
+	if p.broker, err = redisstore.NewBroker(c, redisstore.BrokerConfig{Node: id, Logger: log}); err != nil {
+		return fail(err)
+	}
+	if p.interest, err = redisstore.NewInterest(c, interest.Config{}); err != nil {
+		return fail(err)
+	}
+	if p.transport, err = redisstore.NewTransport(c, redisstore.TransportConfig{Node: id, Logger: log}); err != nil {
+		return fail(err)
+	}
+	p.presence = redisstore.NewPresence(c)
+	p.beacon = redisstore.NewBeacon(c, "replicator")
+	return p, nil
+}
+
+// start builds the cluster node on the hub and the router (nil without a changefeed).
+func (p *peers) start(hub *channel.Hub, tables cluster.Tables) error {
+	p.hub.h = hub
+	n, err := cluster.New(cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables, Logger: p.log})
+	if err != nil {
+		return err
+	}
+	p.node = n
+	return nil
+}
+
+// Forward is the hub's Remote until the node exists (it does before anything publishes).
+func (p *peers) Forward(m *stream.Message) { p.node.Forward(m) }
+
+// run runs the transport, the node and the probe of Redis until ctx ends. streaming reports
+// whether this node's replication stream is live, for the beacon.
+func (p *peers) run(ctx context.Context, streaming func() bool) {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := p.transport.Run(ctx, receiver{p.node}); err != nil && ctx.Err() == nil {
+			p.log.Error("cluster: the transport between nodes stopped", "error", err)
+		}
+	}()
+	go func() { defer wg.Done(); _ = p.node.Run(ctx) }()
+	go func() { defer wg.Done(); p.probe(ctx, streaming) }()
+	wg.Wait()
+	p.client.Close()
+}
+
+// probe checks Redis every beaconTTL/3: it renews the replicator's beacon while this node's
+// stream is live, and reads it otherwise, for /readyz.
+func (p *peers) probe(ctx context.Context, streaming func() bool) {
+	t := time.NewTicker(beaconTTL / 3)
+	defer t.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, beaconTTL/3)
+		var err error
+		leader := false
+		if streaming != nil && streaming() {
+			err, leader = p.beacon.Announce(cctx, p.id, beaconTTL), true
+		} else {
+			_, leader, err = p.beacon.Read(cctx)
+		}
+		cancel()
+		p.mu.Lock()
+		p.healthErr, p.leader = err, leader && err == nil
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// notReady says why this node cannot serve as one of many, or nil.
+func (p *peers) notReady(tables bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.healthErr != nil:
+		return fmt.Errorf("redis unreachable: %v", p.healthErr)
+	case tables && !p.leader:
+		return fmt.Errorf("no node replicates the database yet (no live replicator's beacon in Redis)")
+	}
+	return nil
+}
+
+// replicating reports whether some node's replication stream is live, by its beacon.
+func (p *peers) replicating() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leader
+}
+
+// receiver adapts the cluster node to the transport's Receiver.
+type receiver struct{ n *cluster.Node }
+
+func (r receiver) Receive(from string, data []byte) { r.n.Receive(from, data) }
+func (r receiver) Gap(from string, reason redisstore.GapReason) {
+	r.n.Gap(from, cluster.GapReason(reason))
+}
+
+// close lets go of Redis when the node fails to build; nil-safe.
+func (p *peers) close() {
+	if p != nil {
+		p.client.Close()
+	}
+}
+
+// registerMetrics adds the cross-node series, read from the node's and the hub's counters when
+// scraped.
+func (p *peers) registerMetrics(reg *prometheus.Registry, hub *channel.Hub) {
+	byKind := func(name, help string, f func(cluster.Stats) [2]uint64) {
+		for k, kind := range cluster.KindNames {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"kind": kind}},
+				func() float64 { return float64(f(p.node.Stats())[k]) }))
+		}
+	}
+	byKind("herald_cluster_items_sent_total", "Items this node sent to other nodes (one per item and destination node), by kind.",
+		func(s cluster.Stats) [2]uint64 { return s.Sent })
+	byKind("herald_cluster_items_received_total", "Items this node received from other nodes, by kind.",
+		func(s cluster.Stats) [2]uint64 { return s.Received })
+	byKind("herald_cluster_items_dropped_total", "Items lost on this node's side of the bus (a full queue, an unreadable payload), by kind; each shows to its subscribers as a gap.",
+		func(s cluster.Stats) [2]uint64 { return s.Dropped })
+	byKind("herald_cluster_gaps_total", "Losses the bus reported from another node, by kind; each is a resync for the subscriptions it feeds here.",
+		func(s cluster.Stats) [2]uint64 { return s.Gaps })
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_cluster_queued", Help: "Items waiting to be routed to other nodes, or handed on here."},
+		func() float64 { st := p.node.Stats(); return float64(st.Routing + st.Receiving) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_cluster_interest_reads_total", Help: "Reads of the interest index's rows (a cache miss: an owner's generation moved)."},
+		func() float64 { return float64(p.node.Stats().Lookups) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_channel_order_gaps_total", Help: "Channel offsets that did not arrive from another node within the order wait: each a gap to the channel's subscribers here."},
+		func() float64 { return float64(hub.Stats().Gaps) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_channel_order_late_total", Help: "Channel publications from other nodes that arrived after their offset was handed on or reported lost, and were dropped."},
+		func() float64 { return float64(hub.Stats().Late) }))
+}

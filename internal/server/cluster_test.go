@@ -1,0 +1,222 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/heraldrt/herald/internal/cluster"
+	"github.com/heraldrt/herald/internal/testenv"
+)
+
+// nodesConfig returns configs for n nodes sharing one Redis under a fresh prefix.
+func nodesConfig(t *testing.T, n int) []Config {
+	t.Helper()
+	url := testenv.RedisURL(t)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "herald-test-" + hex.EncodeToString(b[:])
+	out := make([]Config, n)
+	for i := range out {
+		cfg := baseConfig()
+		cfg.Session.MaxSubscriptions = 50
+		cfg.Fanout.OrderWait = 5 * time.Second // a loaded test machine: a hole must close, not time out
+		cfg.Cluster = ClusterConfig{RedisURL: url, RedisPrefix: prefix, NodeID: fmt.Sprintf("n%d", i+1)}
+		out[i] = cfg
+	}
+	return out
+}
+
+func channelSub(c *client, sub, pattern string) string {
+	c.t.Helper()
+	c.send(`{"type":"subscribe","id":"` + sub + `","sub":"` + sub + `","channel":"` + pattern + `"}`)
+	m := c.expect("subscribed")
+	return fmt.Sprint(m["pos"])
+}
+
+// messages reads message frames from c until each of subs has n, and fails on a resync:
+// every publication must arrive. It returns each sub's positions as epoch:offset.
+func messages(t *testing.T, c *client, n int, subs ...string) map[string][]string {
+	t.Helper()
+	got := map[string][]string{}
+	done := 0
+	for done < len(subs) {
+		m, err := c.read(20 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for %d messages on each of %v: %v; so far %v", n, subs, err, got)
+		}
+		sub, _ := m["sub"].(string)
+		if m["type"] != "message" {
+			t.Fatalf("on %s, after %v: unexpected %v", sub, got[sub], m)
+		}
+		p, _ := m["pos"].(map[string]any)
+		got[sub] = append(got[sub], fmt.Sprintf("%v:%v", p["epoch"], p["offset"]))
+		if len(got[sub]) == n {
+			done++
+		}
+	}
+	return got
+}
+
+func channelPos(t *testing.T, pos string) (epoch string, off int) {
+	t.Helper()
+	e, o, ok := strings.Cut(pos, ":")
+	if !ok {
+		t.Fatalf("position %q is not a channel position", pos)
+	}
+	if _, err := fmt.Sscan(o, &off); err != nil {
+		t.Fatalf("position %q: %v", pos, err)
+	}
+	return e, off
+}
+
+// TestChannelsAcrossNodes: three nodes share Redis. A subscriber on each gets every
+// publication to its channel, whichever node took it, once, with one position everywhere and
+// offsets in order, while all three publish to it at once.
+func TestChannelsAcrossNodes(t *testing.T) {
+	cfgs := nodesConfig(t, 3)
+	nodes := make([]*running, len(cfgs))
+	subs := make([]*client, len(cfgs))
+	for i, cfg := range cfgs {
+		nodes[i] = start(t, cfg)
+	}
+	heads := map[string]bool{}
+	for i, r := range nodes {
+		subs[i], _ = connect(t, r)
+		heads[channelSub(subs[i], "s", "rooms/1")] = true
+		// A pattern subscription on the same channel too.
+		channelSub(subs[i], "p", "rooms/*")
+	}
+	if len(heads) != 1 {
+		t.Fatalf("the nodes gave the channel different heads: %v", heads)
+	}
+	const each = 40
+	var wg sync.WaitGroup
+	for _, r := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				publish(t, r, "rooms/1", fmt.Sprint(i))
+			}
+		}()
+	}
+	wg.Wait()
+	var first []string
+	for i, c := range subs {
+		all := messages(t, c, 3*each, "s", "p")
+		for _, sub := range []string{"s", "p"} {
+			got := all[sub]
+			epoch, _ := channelPos(t, got[0])
+			for k, pos := range got {
+				e, off := channelPos(t, pos)
+				if e != epoch || off != k+1 {
+					t.Fatalf("node %d sub %s: message %d at %s, want %s:%d (every offset once, in order): %v", i+1, sub, k, pos, epoch, k+1, got)
+				}
+			}
+			if first == nil {
+				first = got
+			} else if fmt.Sprint(got) != fmt.Sprint(first) {
+				t.Fatalf("node %d sub %s saw other positions than node 1: %v vs %v", i+1, sub, got, first)
+			}
+		}
+	}
+}
+
+// TestChannelInterest: a node without a subscription to a channel receives nothing of it from
+// the others.
+func TestChannelInterest(t *testing.T) {
+	cfgs := nodesConfig(t, 3)
+	a, b, idle := start(t, cfgs[0]), start(t, cfgs[1]), start(t, cfgs[2])
+	c, _ := connect(t, a)
+	channelSub(c, "s", "solo/x")
+	for i := 0; i < 20; i++ {
+		publish(t, b, "solo/x", fmt.Sprint(i))
+	}
+	messages(t, c, 20, "s")
+	if got := a.srv.peers.node.Stats().Received[cluster.KindChannel]; got != 20 {
+		t.Errorf("the subscriber's node received %d publications from others, want 20", got)
+	}
+	if got := idle.srv.peers.node.Stats().Received[cluster.KindChannel]; got != 0 {
+		t.Errorf("a node without subscribers received %d publications, want 0", got)
+	}
+	if got := b.srv.peers.node.Stats().Sent[cluster.KindChannel]; got != 20 {
+		t.Errorf("the publishing node sent %d, want 20: one per publication and interested node", got)
+	}
+}
+
+// TestTablesAcrossNodes: two nodes stream one database; one replicates, and a subscriber on
+// either gets its changes, filtered, in commit order. The node without a subscription to a
+// value receives no change of it.
+func TestTablesAcrossNodes(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL)
+	cfgs := nodesConfig(t, 3)
+	var nodes []*running
+	for _, cfg := range cfgs {
+		cfg.Changefeed = feedConfig(t, url)
+		r := start(t, cfg)
+		nodes = append(nodes, r)
+	}
+	for _, r := range nodes {
+		waitReady(t, r)
+	}
+	var leader *running
+	var followers []*running
+	for _, r := range nodes {
+		if r.srv.feed.Stats().Leader {
+			leader = r
+		} else {
+			followers = append(followers, r)
+		}
+	}
+	if leader == nil || len(followers) != 2 {
+		t.Fatalf("want one replicator among three nodes")
+	}
+	all, _ := connect(t, followers[0])
+	tableSub(all, "all", "", "")
+	acme, _ := connect(t, followers[1])
+	tableSub(acme, "acme", `{"eq":["org_id","acme"]}`, "")
+	for i := 1; i <= 5; i++ {
+		org := "acme"
+		if i%2 == 0 {
+			org = "other"
+		}
+		testenv.Exec(t, url, fmt.Sprintf(`INSERT INTO items (id, org_id) VALUES (%d, '%s')`, i, org))
+	}
+	testenv.Exec(t, url, `UPDATE items SET title = 't' WHERE id = 1`, `DELETE FROM items WHERE id = 2`)
+	want := map[string][]string{
+		"all":  {"insert:1", "insert:2", "insert:3", "insert:4", "insert:5", "update:1", "delete:2"},
+		"acme": {"insert:1", "insert:3", "insert:5", "update:1"},
+	}
+	for c, sub := range map[*client]string{all: "all", acme: "acme"} {
+		var got []string
+		for len(got) < len(want[sub]) {
+			m, err := c.read(20 * time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v; so far %v", sub, err, got)
+			}
+			if m["type"] != "change" {
+				t.Fatalf("%s: unexpected %v", sub, m)
+			}
+			id := ""
+			for _, img := range []string{"row", "old"} {
+				if r, ok := m[img].(map[string]any); ok && id == "" {
+					id = fmt.Sprint(r["id"])
+				}
+			}
+			got = append(got, fmt.Sprintf("%s:%s", m["op"], id))
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want[sub]) {
+			t.Errorf("%s got %v, want %v", sub, got, want[sub])
+		}
+	}
+	// The acme node was sent only acme's changes: 4 of the 7 went there, in 4 transactions.
+	if got := followers[1].srv.peers.node.Stats().Received[cluster.KindTable]; got != 4 {
+		t.Errorf("the filtered subscriber's node received %d transactions, want 4", got)
+	}
+}
