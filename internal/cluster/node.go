@@ -145,9 +145,9 @@ func New(cfg Config) (*Node, error) {
 	}
 	return &Node{
 		cfg: cfg, log: cfg.Logger,
-		held:  map[string]*owned{},
-		out:   newQueue[*stream.Message](cfg.QueueItems, cfg.QueueBytes),
-		in:    newQueue[inbound](cfg.QueueItems, cfg.QueueBytes),
+		held:   map[string]*owned{},
+		out:    newQueue[*stream.Message](cfg.QueueItems, cfg.QueueBytes),
+		in:     newQueue[inbound](cfg.QueueItems, cfg.QueueBytes),
 		cache:  map[string]*ownerCache{},
 		tcache: map[string]*ownerCache{},
 	}, nil
