@@ -283,25 +283,339 @@ func (f failingExpire) Expire(ctx context.Context, now time.Time) ([]presence.Le
 	return left, errors.New("connection lost after the first shard")
 }
 
-// The members an expiry removed before it failed are gone: their leaves are announced.
+// The members an expiry removed before it failed are gone: their leaves are announced. The
+// channel is one this node holds nothing in, so no lease covers it and Expire takes it; its
+// leave reaches the other nodes through the relay.
 func TestExpiryThatFailsPartWayAnnouncesWhatItRemoved(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	st := memory.NewPresence()
-	p, err := presence.New(presence.Config{TTL: 3 * time.Second, Now: c.Now}, failingExpire{st})
+	var rl relayLog
+	p, err := presence.New(presence.Config{TTL: 3 * time.Second, Now: c.Now, Relay: &rl}, failingExpire{st})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Track(ctx, "room", member("dead", ""), c.Now(), 3*time.Second, 10); err != nil {
 		t.Fatal(err)
 	}
+	c.add(4 * time.Second)
+	p.Sweep(ctx)
+	rl.want(t, "room leave:dead")
+	if n := st.Channels(); n != 0 {
+		t.Fatalf("store holds %d channels; want 0", n)
+	}
+}
+
+// relayLog is a Relay that writes down what it is handed, as "channel kind:id".
+type relayLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *relayLog) Relay(channel string, ev presence.Event) {
+	s := channel + " " + string(ev.Kind) + ":" + ev.Member.ID + string(ev.Member.Meta)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, s)
+}
+
+func (l *relayLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g := l.got
+	l.got = nil
+	return g
+}
+
+func (l *relayLog) want(t *testing.T, w ...string) {
+	t.Helper()
+	if got := l.take(); strings.Join(got, "\n") != strings.Join(w, "\n") {
+		t.Fatalf("relayed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(w, "\n"))
+	}
+}
+
+// Every join and leave this node makes is relayed, in order; a roster, and what Apply brings,
+// are not.
+func TestRelayCarriesThisNodesEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var rl relayLog
+	p, st, c := newPresence(t, presence.Config{TTL: 3 * time.Second, MaxMembers: 2, Relay: &rl})
 	var r recorder
 	if _, err := p.Watch(ctx, "room", &r, "s"); err != nil {
 		t.Fatal(err)
 	}
-	want(t, &r, "s room roster:dead")
+	if err := p.Track(ctx, "room", member("a", `{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Track(ctx, "room", member("a", `{"n":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Track(ctx, "room", member("b", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Untrack(ctx, "room", "b"); err != nil {
+		t.Fatal(err)
+	}
+	p.Apply("room", presence.Event{Kind: stream.PresenceJoin, Member: member("remote", "")})
+	rl.want(t, `room join:a{"n":1}`, `room join:a{"n":2}`, "room join:b", "room leave:b")
+	want(t, &r, "s room roster:", `s room join:a{"n":1}`, `s room join:a{"n":2}`, "s room join:b", "s room leave:b", "s room join:remote")
+
+	// A member of a dead node expires: this node leads the channel, and announces it.
+	if _, err := st.Track(ctx, "room", member("dead", ""), c.Now(), 3*time.Second, 10); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		c.add(time.Second)
+		p.Sweep(ctx)
+	}
+	rl.want(t, "room leave:dead")
+
+	// This node stalls past the TTL: a is gone, and joins again, with its meta.
 	c.add(4 * time.Second)
 	p.Sweep(ctx)
-	want(t, &r, "s room leave:dead")
+	rl.want(t, `room join:a{"n":2}`)
+
+	// It stalls again, and other nodes' members take the places meanwhile: a cannot join again,
+	// and its leave says so.
+	c.add(4 * time.Second)
+	for _, id := range []string{"x", "y"} {
+		if _, err := st.Track(ctx, "room", member(id, ""), c.Now(), time.Hour, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Sweep(ctx)
+	rl.want(t, "room leave:a")
+	want(t, &r, "s room leave:dead", `s room join:a{"n":2}`, "s room leave:a")
+	if ch, _ := p.Local(); ch != 0 {
+		t.Fatalf("%d channels with local members; want 0: a is gone for good", ch)
+	}
+}
+
+// Apply pushes another node's event to this node's subscribers of that channel only, a leave
+// without meta, and ignores a kind it does not know.
+func TestApplyReachesLocalSubscribers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var rl relayLog
+	p, _, _ := newPresence(t, presence.Config{Relay: &rl})
+	var room, hall recorder
+	if _, err := p.Watch(ctx, "room", &room, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Watch(ctx, "hall", &hall, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	want(t, &room, "s1 room roster:")
+	want(t, &hall, "s2 hall roster:")
+	p.Apply("room", presence.Event{Kind: stream.PresenceJoin, Member: member("x", `{"k":1}`)})
+	p.Apply("room", presence.Event{Kind: stream.PresenceLeave, Member: member("x", `{"k":1}`)})
+	p.Apply("room", presence.Event{Kind: stream.PresenceRoster, Member: member("y", "")})
+	p.Apply("nobody-watches", presence.Event{Kind: stream.PresenceJoin, Member: member("z", "")})
+	want(t, &room, `s1 room join:x{"k":1}`, "s1 room leave:x")
+	want(t, &hall)
+	rl.want(t)
+	if n := p.Channels(); n != 2 {
+		t.Fatalf("%d channels known; want 2 (an event for a channel nobody here watches leaves nothing)", n)
+	}
+}
+
+// hookedMembers is a store that runs a function before each roster read returns.
+type hookedMembers struct {
+	*memory.Presence
+	before func(n int)
+	reads  int
+}
+
+func (h *hookedMembers) Members(ctx context.Context, channel string, now time.Time) ([]presence.Member, error) {
+	ms, err := h.Presence.Members(ctx, channel, now)
+	h.reads++
+	h.before(h.reads)
+	return ms, err
+}
+
+// An event another node made after the roster was read reaches this node while the roster is
+// on its way: the new subscriber gets it after the roster, not never.
+func TestWatchHoldsWhatArrivesWhileTheRosterIsRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var p *presence.Presence
+	st := &hookedMembers{Presence: memory.NewPresence()}
+	st.before = func(int) {
+		p.Apply("room", presence.Event{Kind: stream.PresenceJoin, Member: member("x", "")})
+	}
+	p, err := presence.New(presence.Config{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recorder
+	if _, err := p.Watch(ctx, "room", &r, "s"); err != nil {
+		t.Fatal(err)
+	}
+	want(t, &r, "s room roster:", "s room join:x")
+}
+
+// More events than a new subscriber holds arrive while its roster is read: the roster is read
+// again, and covers them; a channel that outruns three reads refuses the watch.
+func TestWatchReadsTheRosterAgainWhenOutrun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var p *presence.Presence
+	flood := 1
+	st := &hookedMembers{Presence: memory.NewPresence()}
+	st.before = func(n int) {
+		if n > flood {
+			return
+		}
+		for i := range 1025 {
+			p.Apply("room", presence.Event{Kind: stream.PresenceJoin, Member: member(fmt.Sprint(i), "")})
+		}
+	}
+	p, err := presence.New(presence.Config{}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recorder
+	if _, err := p.Watch(ctx, "room", &r, "s"); err != nil {
+		t.Fatal(err)
+	}
+	want(t, &r, "s room roster:")
+	if st.reads != 2 {
+		t.Fatalf("roster read %d times; want 2", st.reads)
+	}
+	st.reads, flood = 0, 3
+	var r2 recorder
+	_, err = p.Watch(ctx, "room", &r2, "s2")
+	var fe *fault.Error
+	if !errors.As(err, &fe) || fe.Code != fault.CodeUnavailable {
+		t.Fatalf("a watch outrun three times: %v; want unavailable", err)
+	}
+	want(t, &r2)
+	if _, w := p.Local(); w != 1 {
+		t.Fatalf("%d watched channels; want 1 (the refused watcher is gone)", w)
+	}
+}
+
+// lostLease is a store that lost every lease's prior roster (Redis lost the key): a leader that
+// takes over diffs the roster it heard as a follower instead.
+type lostLease struct{ *memory.Presence }
+
+func (l lostLease) Sweep(ctx context.Context, channel, node string, now time.Time, ttl time.Duration) (presence.Lease, error) {
+	lease, err := l.Presence.Sweep(ctx, channel, node, now, ttl)
+	lease.Prior = nil
+	return lease, err
+}
+
+func TestTakeoverFromTheHeardRoster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	st := lostLease{memory.NewPresence()}
+	var ra, rb relayLog
+	a, err := presence.New(presence.Config{TTL: 3 * time.Second, Node: "n1", Now: c.Now, Relay: &ra}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := presence.New(presence.Config{TTL: 3 * time.Second, Node: "n2", Now: c.Now, Relay: &rb}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r recorder
+	if _, err := b.Watch(ctx, "room", &r, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Track(ctx, "room", member("a1", "")); err != nil {
+		t.Fatal(err)
+	}
+	a.Sweep(ctx)
+	b.Sweep(ctx) // follows, and hears a1
+	// a dies; a1's untrack reached the store, its leave never left a.
+	if _, err := a.Untrack(ctx, "room", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		c.add(time.Second)
+		b.Sweep(ctx)
+	}
+	want(t, &r, "s room roster:", "s room leave:a1")
+	rb.want(t, "room leave:a1")
+}
+
+// A node left with nothing in a channel lets its claim go, and forgets the channel.
+func TestSweepLetsGoOfEmptyChannels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, st, _ := newPresence(t, presence.Config{})
+	var r recorder
+	unwatch, err := p.Watch(ctx, "hall", &r, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Track(ctx, "room", member("a", "")); err != nil {
+		t.Fatal(err)
+	}
+	p.Sweep(ctx)
+	if n, m := p.Channels(), st.Channels(); n != 2 || m != 2 {
+		t.Fatalf("%d channels known, %d stored; want 2 and 2 (each claimed)", n, m)
+	}
+	unwatch()
+	if _, err := p.Untrack(ctx, "room", "a"); err != nil {
+		t.Fatal(err)
+	}
+	p.Sweep(ctx)
+	if n, m := p.Channels(), st.Channels(); n != 0 || m != 0 {
+		t.Fatalf("%d channels known, %d stored; want 0 and 0", n, m)
+	}
+}
+
+// A channel's events reach its subscribers and the relay in one order, whatever the
+// concurrency.
+func TestRelayOrderIsTheSubscribersOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var rl relayLog
+	p, _, _ := newPresence(t, presence.Config{Relay: &rl, MaxMembers: 1000})
+	var r recorder
+	if _, err := p.Watch(ctx, "room", &r, "s"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				id := fmt.Sprint(g, "-", i%5)
+				if i%2 == 0 {
+					_ = p.Track(ctx, "room", member(id, ""))
+				} else {
+					_, _ = p.Untrack(ctx, "room", id)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	got := r.take()[1:] // after the roster
+	relayed := rl.take()
+	if len(relayed) != len(got) {
+		t.Fatalf("%d relayed, %d pushed; want the same", len(relayed), len(got))
+	}
+	for i := range got {
+		if got[i] != "s "+relayed[i] {
+			t.Fatalf("event %d: pushed %q, relayed %q; want one order", i, got[i], relayed[i])
+		}
+	}
+}
+
+func TestDefaultNodeIDs(t *testing.T) {
+	t.Parallel()
+	a, _, _ := newPresence(t, presence.Config{})
+	b, _, _ := newPresence(t, presence.Config{})
+	if a.Config().Node == "" || a.Config().Node == b.Config().Node {
+		t.Fatalf("default node ids %q and %q; want two distinct ids", a.Config().Node, b.Config().Node)
+	}
+	if n, _, _ := newPresence(t, presence.Config{Node: "n1"}); n.Config().Node != "n1" {
+		t.Fatalf("node %q; want the configured n1", n.Config().Node)
+	}
 }

@@ -2,7 +2,8 @@
 // this process and dies with it. Each type is safe for concurrent use, starts no goroutine and
 // needs no closing; expired entries are collected by the operations that meet them.
 //
-// Presence implements presence.Store: the node's presence, wired into the server.
+// Presence implements presence.Store: the node's presence, wired into the server; in tests, the
+// store several nodes in one process share.
 //
 // Interest implements interest.Store. It is not wired into the server yet: one node's
 // subscriptions live in the router's and the channel hub's own indexes.

@@ -12,3 +12,11 @@ func TestPresenceConformance(t *testing.T) {
 	t.Parallel()
 	storetest.RunPresence(t, func(*testing.T) presence.Store { return memory.NewPresence() })
 }
+
+func TestPresenceNodes(t *testing.T) {
+	t.Parallel()
+	storetest.RunPresenceNodes(t, func(*testing.T) (presence.Store, presence.Store) {
+		s := memory.NewPresence()
+		return s, s
+	})
+}

@@ -23,8 +23,9 @@ func BenchmarkInterest(b *testing.B) {
 	storetest.BenchInterest(b, s)
 }
 
-// BenchmarkPresence measures round trips to the private Redis: a heartbeat (Touch) and a read
-// of a channel of 64 members (Members). Compare figures within one run.
+// BenchmarkPresence measures round trips to the private Redis: a heartbeat (Touch), a read of a
+// channel of 64 members (Members), and a sweep of it, as its leader (claim, expiry, roster of
+// 64 written) and as a follower (claim, roster read). Compare figures within one run.
 func BenchmarkPresence(b *testing.B) {
 	ctx := context.Background()
 	s := NewPresence(dialB(b, testenv.RedisURL(b)))
@@ -45,6 +46,20 @@ func BenchmarkPresence(b *testing.B) {
 		for b.Loop() {
 			if _, err := s.Members(ctx, "room", now); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("SweepLeader64", func(b *testing.B) {
+		for b.Loop() {
+			if l, err := s.Sweep(ctx, "room", "n1", now, time.Hour); err != nil || !l.Leads || len(l.Roster) != 64 {
+				b.Fatal(l, err)
+			}
+		}
+	})
+	b.Run("SweepFollower64", func(b *testing.B) {
+		for b.Loop() {
+			if l, err := s.Sweep(ctx, "room", "n2", now, time.Hour); err != nil || l.Leads || len(l.Roster) != 64 {
+				b.Fatal(l, err)
 			}
 		}
 	})

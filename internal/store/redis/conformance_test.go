@@ -1,7 +1,9 @@
 package redis
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/interest"
@@ -36,5 +38,22 @@ func TestBrokerConformance(t *testing.T) {
 func TestPresenceConformance(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
 		storetest.RunPresence(t, func(t *testing.T) presence.Store { return NewPresence(dial(t, url)) })
+	})
+}
+
+// TestPresenceNodes: two nodes' presence over one Redis, each through its own client.
+func TestPresenceNodes(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		storetest.RunPresenceNodes(t, func(t *testing.T) (presence.Store, presence.Store) {
+			a := dial(t, url)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b, err := Dial(ctx, Config{URL: url, Prefix: a.Prefix()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(b.Close)
+			return NewPresence(a), NewPresence(b)
+		})
 	})
 }

@@ -21,6 +21,7 @@
 //	<prefix>:i:{p:<shard>}            ZSET   channel -> earliest deadline, ms    (Presence)
 //	<prefix>:d:{p:<shard>}:<channel>  ZSET   member id -> deadline, ms           (Presence)
 //	<prefix>:m:{p:<shard>}:<channel>  HASH   member id -> member                 (Presence)
+//	<prefix>:a:{p:<shard>}:<channel>  HASH   the channel's sweep lease           (Presence)
 //	<prefix>:x:{n:<node>}             STREAM what other nodes send the node      (Transport)
 //	<prefix>:b:{b:<name>}             STRING a beacon: a value with a TTL         (Beacon)
 //
@@ -33,7 +34,11 @@
 // with a member due, then sits in the channel's slot, and one script changes both. A member is
 // <len(subject)>:<subject><meta>. A channel's keys are deleted with its last member, and expire
 // by TTL (twice the members' TTL, renewed by tracks and heartbeats) if nobody writes or sweeps
-// them any more.
+// them any more. A lease holds n:<node> -> the node's claim deadline (ms) for each claimant, w
+// -> the node that wrote the roster and r -> the roster, <len(id)>:<id><len(subject)>:<subject>
+// per member. It lives while some node claims it (each claim renews its TTL, twice the members'),
+// whether the channel has members or not, and is deleted with its last claim, or by Expire with
+// the last member of a channel nobody claims.
 //
 // # Atomicity
 //
@@ -41,9 +46,12 @@
 // under concurrent writers on many nodes, not only in the order one writer sends commands.
 // Scripts read the time from Redis (TIME), so deadlines do not depend on the nodes' clocks.
 // Presence is the exception: presence.Store takes the caller's now, so its members' deadlines
-// are the nodes' clocks, which must agree to well within presence.ttl; its keys' TTLs are
-// Redis's. Each of its writes is one script over one shard's keys, and Track counts the live
-// members in the script that adds one, so concurrent tracks from many nodes never pass the cap.
+// and its claims' are the nodes' clocks, which must agree to well within presence.ttl; its keys'
+// TTLs are Redis's. Each of its writes is one script over one shard's keys, and Track counts the
+// live members in the script that adds one, so concurrent tracks from many nodes never pass the
+// cap. Sweep claims, elects (node ids compared byte by byte, whatever the server's locale),
+// expires and writes the leader's roster in one script, so two claims at one instant never both
+// lead, and each expired member is returned to one node.
 // The dispatch hot path, Interest.Watched, is one SMISMEMBER.
 //
 // # Concurrency and lifecycle

@@ -73,6 +73,9 @@ func TestKeyLayout(t *testing.T) {
 			if _, err := pr.Track(ctx, ch, presence.Member{ID: "a", Meta: []byte(`{}`)}, time.Now(), time.Minute, 4); err != nil {
 				t.Fatalf("Track in %q: %v", ch, err)
 			}
+			if _, err := pr.Sweep(ctx, ch, "n1", time.Now(), time.Minute); err != nil {
+				t.Fatalf("Sweep of %q: %v", ch, err)
+			}
 			shards[pr.channelKeys(ch)[0]] = true
 		}
 
@@ -82,7 +85,7 @@ func TestKeyLayout(t *testing.T) {
 			regexp.MustCompile(`^` + p + `:[ts]:\{o:.*\}:.*$`),
 			regexp.MustCompile(`^` + p + `:[ch]:\{c:[^}]*\}$`),
 			regexp.MustCompile(`^` + p + `:i:\{p:[0-9]+\}$`),
-			regexp.MustCompile(`^` + p + `:[dm]:\{p:[0-9]+\}:.*$`),
+			regexp.MustCompile(`^` + p + `:[dma]:\{p:[0-9]+\}:.*$`),
 		}
 		keys := keysUnder(t, ctx, c)
 		tags := map[string]map[string]bool{} // owner or channel -> tags of its keys
@@ -106,7 +109,7 @@ func TestKeyLayout(t *testing.T) {
 				}
 			}
 			for _, ch := range rooms {
-				if keys := pr.channelKeys(ch); k == keys[1] || k == keys[2] {
+				if keys := pr.channelKeys(ch); k == keys[1] || k == keys[2] || k == pr.leaseKey(ch) {
 					who = "presence channel " + ch
 				}
 			}
@@ -123,8 +126,8 @@ func TestKeyLayout(t *testing.T) {
 			tags[who][hashTag(k)] = true
 		}
 		// Per owner: w n l g m, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h. Per
-		// presence channel: d m, and an index per shard they fall in.
-		if want := 4*(5+3+2) + 2*2 + 2*len(rooms) + len(shards); len(keys) != want {
+		// presence channel: d m a, and an index per shard they fall in.
+		if want := 4*(5+3+2) + 2*2 + 3*len(rooms) + len(shards); len(keys) != want {
 			t.Errorf("%d keys, want %d: %q", len(keys), want, keys)
 		}
 		for _, ch := range rooms {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
 	"github.com/heraldrt/herald/internal/presence"
@@ -54,16 +55,30 @@ func TestPresenceLeavesNoKeys(t *testing.T) {
 }
 
 // TestPresenceExpireSweepsEveryChannel: a shard with more channels due than one script sweeps
-// is swept to the end in one Expire.
+// is swept to the end in one Expire, past more claimed channels than one script looks at,
+// which stay.
 func TestPresenceExpireSweepsEveryChannel(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
 		ctx := context.Background()
 		s := NewPresence(dial(t, url))
 		now := time.Now()
-		var same []string // channels of one shard
+		var claimed, same []string // channels of one shard: the claimed ones fall due first
 		for i := 0; len(same) < 2*expireBatch+3; i++ {
-			if ch := fmt.Sprint("ch", i); presenceShard(ch) == 0 {
+			ch := fmt.Sprint("ch", i)
+			switch {
+			case presenceShard(ch) != 0:
+			case len(claimed) < expireBatch+5:
+				claimed = append(claimed, ch)
+			default:
 				same = append(same, ch)
+			}
+		}
+		for _, ch := range claimed {
+			if _, err := s.Track(ctx, ch, presence.Member{ID: "m"}, now.Add(-time.Millisecond), time.Second, 1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Sweep(ctx, ch, "n1", now, time.Minute); err != nil {
+				t.Fatal(err)
 			}
 		}
 		for _, ch := range append(same, "elsewhere") {
@@ -78,10 +93,77 @@ func TestPresenceExpireSweepsEveryChannel(t *testing.T) {
 		if len(left) != len(same)+1 {
 			t.Fatalf("Expire returned %d members; want %d", len(left), len(same)+1)
 		}
+		if n := s.Channels(); n != len(claimed) {
+			t.Fatalf("%d channels after Expire; want the %d claimed ones", n, len(claimed))
+		}
+		// Their claims lapsed: the next Expire takes them.
+		left, err = s.Expire(ctx, now.Add(time.Minute))
+		if err != nil || len(left) != len(claimed) {
+			t.Fatalf("Expire after the claims lapsed = %d members, %v; want %d", len(left), err, len(claimed))
+		}
 		if n := s.Channels(); n != 0 {
 			t.Fatalf("%d channels after Expire; want 0", n)
 		}
+		if keys := keysUnder(t, ctx, s.c); len(keys) != 0 {
+			t.Fatalf("keys after everyone left: %q", keys)
+		}
 	})
+}
+
+// TestPresenceLeaseKeys: a lease carries a TTL while it is claimed, and is deleted with its last
+// claim, members or not.
+func TestPresenceLeaseKeys(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		c := dial(t, url)
+		s := NewPresence(c)
+		now := time.Now()
+		const ttl = 10 * time.Second
+		if _, err := s.Track(ctx, "room", presence.Member{ID: "m1"}, now, ttl, 4); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"n1", "n2"} {
+			if _, err := s.Sweep(ctx, "room", n, now, ttl); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Sweep(ctx, "empty", "n1", now, ttl); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range []string{"room", "empty"} {
+			ms, err := c.rc.Do(ctx, c.rc.B().Pttl().Key(s.leaseKey(ch)).Build()).AsInt64()
+			if err != nil || ms <= 0 || ms > 2*ttl.Milliseconds() {
+				t.Errorf("PTTL of %s's lease = %d, %v; want in (0, %d]", ch, ms, err, 2*ttl.Milliseconds())
+			}
+		}
+		if _, _, err := s.Untrack(ctx, "room", "m1"); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []struct{ ch, node string }{{"room", "n1"}, {"room", "n2"}, {"empty", "n1"}} {
+			if err := s.Release(ctx, r.ch, r.node, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if keys := keysUnder(t, ctx, c); len(keys) != 0 {
+			t.Fatalf("keys after every claim was released: %q", keys)
+		}
+	})
+}
+
+func TestRosterEncoding(t *testing.T) {
+	for _, v := range []string{"1:a", "2:ab1:", "x", "3:ab", "1:a-1:"} {
+		if _, err := decodeRoster(v); err == nil {
+			t.Errorf("decodeRoster(%q) succeeded; want an error", v)
+		}
+	}
+	got, err := decodeRoster("1:b0:3:a/x1:a")
+	want := []presence.Member{{ID: "a/x", Subject: "a"}, {ID: "b"}}
+	if d := cmp.Diff(want, got); err != nil || d != "" {
+		t.Fatalf("decodeRoster = %+v, %v; want %+v, ordered by id", got, err, want)
+	}
+	if got, err := decodeRoster(""); err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("decodeRoster(\"\") = %#v, %v; want empty, not nil", got, err)
+	}
 }
 
 // TestPresenceCapAcrossNodes: tracks from several clients (nodes) at once never pass the cap.
@@ -194,6 +276,8 @@ func TestPresenceOneCommandEach(t *testing.T) {
 			_, _ = s.Track(ctx, "room", presence.Member{ID: "w"}, now, time.Minute, 4)
 			_, _ = s.Touch(ctx, "room", "w", now, time.Minute)
 			_, _ = s.Members(ctx, "room", now)
+			_, _ = s.Sweep(ctx, "room", "n1", now, time.Minute)
+			_ = s.Release(ctx, "room", "n1", now)
 			_, _, _ = s.Untrack(ctx, "room", "w")
 			_, _ = s.Expire(ctx, now)
 		}
@@ -209,6 +293,8 @@ func TestPresenceOneCommandEach(t *testing.T) {
 			}, 1},
 			{"Touch", func() error { _, err := s.Touch(ctx, "room", "a", now, time.Minute); return err }, 1},
 			{"Members", func() error { _, err := s.Members(ctx, "room", now); return err }, 1},
+			{"Sweep", func() error { _, err := s.Sweep(ctx, "room", "n1", now, time.Minute); return err }, 1},
+			{"Release", func() error { return s.Release(ctx, "room", "n1", now) }, 1},
 			{"Untrack", func() error { _, _, err := s.Untrack(ctx, "room", "a"); return err }, 1},
 			{"Expire", func() error { _, err := s.Expire(ctx, now); return err }, PresenceShards},
 		} {

@@ -205,4 +205,261 @@ func RunPresence(t *testing.T, newStore NewPresence) {
 			t.Fatalf("%d of %d concurrent tracks joined a channel of %d, %d members; want %d", joined, n, max, len(members(t, s, "room", t0)), max)
 		}
 	})
+
+	sweep := func(t *testing.T, s presence.Store, ch, node string, now time.Time) presence.Lease {
+		t.Helper()
+		l, err := s.Sweep(ctx, ch, node, now, ttl)
+		if err != nil {
+			t.Fatalf("Sweep(%s, %s): %v", ch, node, err)
+		}
+		return l
+	}
+	ids := func(ms []presence.Member) []string {
+		out := []string{}
+		for _, m := range ms {
+			out = append(out, m.ID)
+		}
+		return out
+	}
+	leaseIs := func(t *testing.T, what string, got presence.Lease, leader string, leads bool) {
+		t.Helper()
+		if got.Leader != leader || got.Leads != leads {
+			t.Fatalf("%s: leader %q, leads %v; want %q, %v", what, got.Leader, got.Leads, leader, leads)
+		}
+	}
+
+	t.Run("SweepElectsTheSmallestLiveClaimant", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		leaseIs(t, "n2 alone", sweep(t, s, "room", "n2", t0), "n2", true)
+		leaseIs(t, "n1 beside n2", sweep(t, s, "room", "n1", t0), "n1", true)
+		leaseIs(t, "n2 beside n1", sweep(t, s, "room", "n2", t0.Add(time.Second)), "n1", false)
+		// Ids compare byte by byte: "n10" < "n2", and upper case before lower.
+		leaseIs(t, "N3 beside n1", sweep(t, s, "room", "N3", t0.Add(time.Second)), "N3", true)
+		leaseIs(t, "n10 beside N3", sweep(t, s, "room", "n10", t0.Add(2*time.Second)), "N3", false)
+		// N3 and n1 stop claiming; their claims lapse a TTL after their last, and the smallest
+		// claimant still live leads.
+		leaseIs(t, "n2 once n1 and N3 lapsed", sweep(t, s, "room", "n2", t0.Add(ttl+time.Second)), "n10", false)
+		leaseIs(t, "n10 once n1 and N3 lapsed", sweep(t, s, "room", "n10", t0.Add(ttl+time.Second)), "n10", true)
+		// Another channel's lease is its own.
+		leaseIs(t, "n2 in another channel", sweep(t, s, "hall", "n2", t0), "n2", true)
+	})
+
+	t.Run("OnlyTheLeaderExpires", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		track(t, s, "room", mem("b", `{"k":1}`), t0.Add(5*time.Second), 4)
+		sweep(t, s, "room", "n1", t0.Add(5*time.Second))
+		at := t0.Add(ttl) // a is due, b is not; n1's claim is live
+		if l := sweep(t, s, "room", "n2", at); l.Leads || len(l.Left) != 0 || l.Prior != nil {
+			t.Fatalf("a follower's sweep = %+v; want no lead, nothing removed, no prior", l)
+		}
+		if left, err := s.Expire(ctx, at); err != nil || len(left) != 0 {
+			t.Fatalf("Expire of a claimed channel = %v, %v; want nothing (its leader sweeps it)", left, err)
+		}
+		l := sweep(t, s, "room", "n1", at)
+		if d := cmp.Diff([]string{"a"}, ids(l.Left)); d != "" || !l.Leads {
+			t.Fatalf("the leader's sweep removed (-want +got):\n%s (leads %v)", d, l.Leads)
+		}
+		if l.Left[0].Subject != "s-a" {
+			t.Fatalf("a removed member %+v; want its subject", l.Left[0])
+		}
+		if l := sweep(t, s, "room", "n1", at); len(l.Left) != 0 {
+			t.Fatalf("a second sweep at the same time removed %v; want none (each leaves once)", ids(l.Left))
+		}
+		if got := members(t, s, "room", at); len(got) != 1 || got[0].ID != "b" {
+			t.Fatalf("members after the sweep = %v; want b", got)
+		}
+	})
+
+	t.Run("LeaseCarriesTheRoster", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("b", `{"k":1}`), t0, 4)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		// n2 claims first and leads: n1 has not claimed yet.
+		if l := sweep(t, s, "room", "n2", t0); !l.Leads || l.Prior != nil {
+			t.Fatalf("the first claim = %+v; want it to lead, with no prior roster", l)
+		}
+		// n1 now leads, but has not swept: its lease carries nothing yet.
+		leaseIs(t, "n1", sweep(t, s, "room", "n1", t0), "n1", true)
+		l := sweep(t, s, "room", "n2", t0)
+		want := []presence.Member{{ID: "a", Subject: "s-a"}, {ID: "b", Subject: "s-b"}}
+		if d := cmp.Diff(want, l.Roster); d != "" || l.Leads {
+			t.Fatalf("the roster a follower reads (-want +got), no meta:\n%s", d)
+		}
+		if _, _, err := s.Untrack(ctx, "room", "b"); err != nil {
+			t.Fatal(err)
+		}
+		if l := sweep(t, s, "room", "n1", t0); !cmp.Equal(want[:1], l.Roster) {
+			t.Fatalf("the leader's roster after b left = %v; want a", l.Roster)
+		}
+		if l := sweep(t, s, "room", "n2", t0); !cmp.Equal(want[:1], l.Roster) {
+			t.Fatalf("the follower's roster after b left = %v; want a", l.Roster)
+		}
+		// Everyone leaves: an empty roster, which is not none.
+		if _, _, err := s.Untrack(ctx, "room", "a"); err != nil {
+			t.Fatal(err)
+		}
+		sweep(t, s, "room", "n1", t0)
+		if l := sweep(t, s, "room", "n2", t0); l.Roster == nil || len(l.Roster) != 0 {
+			t.Fatalf("the roster of an empty channel = %#v; want empty, not nil", l.Roster)
+		}
+	})
+
+	t.Run("TakeoverCarriesThePriorRoster", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		track(t, s, "room", mem("b", ""), t0, 4)
+		sweep(t, s, "room", "n2", t0)
+		sweep(t, s, "room", "n1", t0) // n1 leads and writes a, b
+		// b leaves and its leave is lost (the node that made it died before relaying it); n1
+		// stops sweeping.
+		if _, _, err := s.Untrack(ctx, "room", "b"); err != nil {
+			t.Fatal(err)
+		}
+		track(t, s, "room", mem("a", ""), t0.Add(ttl/2), 4)
+		track(t, s, "room", mem("c", ""), t0.Add(ttl/2), 4)
+		l := sweep(t, s, "room", "n2", t0.Add(ttl))
+		if !l.Leads {
+			t.Fatalf("n2 once n1's claim lapsed: %+v; want it to lead", l)
+		}
+		if d := cmp.Diff([]string{"a", "b"}, ids(l.Prior)); d != "" {
+			t.Fatalf("prior roster (-want +got):\n%s", d)
+		}
+		if d := cmp.Diff([]string{"a", "c"}, ids(l.Roster)); d != "" {
+			t.Fatalf("new roster (-want +got):\n%s", d)
+		}
+		if l := sweep(t, s, "room", "n2", t0.Add(ttl)); l.Prior != nil {
+			t.Fatalf("the next sweep of the same leader: prior %v; want none (no takeover)", ids(l.Prior))
+		}
+	})
+
+	t.Run("ReleaseHandsOver", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		sweep(t, s, "room", "n1", t0)
+		sweep(t, s, "room", "n2", t0)
+		track(t, s, "room", mem("b", ""), t0, 4)
+		// n1 lets go: its roster is written again first, so it names b, which joined after n1's
+		// last sweep.
+		if err := s.Release(ctx, "room", "n1", t0.Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		l := sweep(t, s, "room", "n2", t0.Add(time.Second))
+		if !l.Leads || !cmp.Equal([]string{"a", "b"}, ids(l.Prior)) {
+			t.Fatalf("n2 after n1 released = leads %v, prior %v; want it to lead at once, prior a, b", l.Leads, ids(l.Prior))
+		}
+		if err := s.Release(ctx, "room", "nobody", t0); err != nil {
+			t.Fatalf("releasing a claim never made: %v", err)
+		}
+		if err := s.Release(ctx, "hall", "n1", t0); err != nil {
+			t.Fatalf("releasing in a channel nobody is in: %v", err)
+		}
+	})
+
+	t.Run("RosterIsCapped", func(t *testing.T) {
+		s := newStore(t)
+		n := presence.RosterLimit + 2
+		// Tracked from 8 goroutines, last id first: on Redis, one round trip each.
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < n; i += 8 {
+					if _, err := s.Track(ctx, "big", mem(fmt.Sprintf("m%05d", n-1-i), ""), t0, ttl, n); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		sweep(t, s, "big", "n1", t0)
+		l := sweep(t, s, "big", "n2", t0)
+		if len(l.Roster) != presence.RosterLimit || l.Roster[0].ID != "m00000" || l.Roster[presence.RosterLimit-1].ID != fmt.Sprintf("m%05d", presence.RosterLimit-1) {
+			t.Fatalf("a roster of %d members: %d, from %v; want the first %d ids in order", n, len(l.Roster), l.Roster[:1], presence.RosterLimit)
+		}
+	})
+
+	t.Run("ExpireTakesUnclaimedChannels", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		track(t, s, "hall", mem("b", ""), t0, 4)
+		sweep(t, s, "room", "n1", t0)
+		// At ttl, n1's claim and both members are due: nobody claims either channel live.
+		left, err := s.Expire(ctx, t0.Add(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, l := range left {
+			got[l.Member.ID] = l.Channel
+		}
+		if d := cmp.Diff(map[string]string{"a": "room", "b": "hall"}, got); d != "" {
+			t.Fatalf("expired (-want +got):\n%s", d)
+		}
+		forgotten(t, s)
+	})
+
+	t.Run("ForgottenWithTheLastClaim", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		sweep(t, s, "room", "n1", t0)
+		sweep(t, s, "room", "n2", t0)
+		if _, _, err := s.Untrack(ctx, "room", "a"); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"n2", "n1"} {
+			if err := s.Release(ctx, "room", n, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		forgotten(t, s)
+		// A claim on a channel nobody is in, never released: forgotten once it lapsed and a
+		// sweep met it.
+		sweep(t, s, "hall", "n1", t0)
+		if _, err := s.Expire(ctx, t0.Add(ttl)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Release(ctx, "hall", "n2", t0.Add(ttl)); err != nil {
+			t.Fatal(err)
+		}
+		forgotten(t, s)
+	})
+
+	t.Run("ConcurrentClaimsAgree", func(t *testing.T) {
+		s := newStore(t)
+		track(t, s, "room", mem("a", ""), t0, 4)
+		const nodes = 8
+		var wg sync.WaitGroup
+		for i := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := s.Sweep(ctx, "room", fmt.Sprint("n", i), t0, ttl); err != nil {
+					t.Errorf("Sweep: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		leaders := 0
+		for i := range nodes {
+			l := sweep(t, s, "room", fmt.Sprint("n", i), t0)
+			if l.Leader != "n0" {
+				t.Errorf("n%d sees leader %q; want n0", i, l.Leader)
+			}
+			if l.Leads {
+				leaders++
+			}
+		}
+		if leaders != 1 {
+			t.Fatalf("%d nodes lead; want 1", leaders)
+		}
+	})
 }
