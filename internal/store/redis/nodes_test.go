@@ -7,7 +7,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/heraldrt/herald/internal/transport/sse"
 )
+
+var _ sse.Peers = (*Nodes)(nil)
 
 func newNodes(t *testing.T, c *Client, cfg NodesConfig) *Nodes {
 	t.Helper()
