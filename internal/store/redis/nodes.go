@@ -109,9 +109,9 @@ func (n *Nodes) keys() []string {
 
 // NodeTakenError is Register's refusal: another live process holds the node's id.
 type NodeTakenError struct {
-	Node string // the id
-	URL  string // where the process holding it is reached
-	TTL  time.Duration
+	Node string        // the id
+	URL  string        // where the process holding it is reached
+	TTL  time.Duration // the registry's TTL: how long a process that ended without deregistering holds the id
 }
 
 func (e *NodeTakenError) Error() string {
