@@ -236,9 +236,9 @@ func (c *Config) checkCluster() error {
 		k := mustKey("redis.prefix")
 		return c.bad(k.Name, fmt.Sprintf("is %q: a prefix must be non-empty and hold no brace (it would move the keys' hash tag) or space", r.Prefix), k.fix("letters, digits, - or _", "herald"))
 	}
-	if strings.ContainsAny(cl.NodeID, "{} \x00") {
+	if cl.NodeID != "" && !validNodeID(cl.NodeID) {
 		k := mustKey("cluster.node_id")
-		return c.bad(k.Name, fmt.Sprintf("is %q: a node id holds no brace, space or NUL", cl.NodeID), k.fix("letters, digits, - or _, or leave it empty for a random one", exampleFor(k)))
+		return c.bad(k.Name, fmt.Sprintf("is %q: a node id is 1 to %d letters, digits, - or _ (it starts every SSE session id, where a \".\" ends it, and goes in URLs and keys)", cl.NodeID, MaxNodeIDBytes), k.fix("letters, digits, - or _, or leave it empty for a random one", exampleFor(k)))
 	}
 	if cl.AdvertiseURL != "" {
 		k := mustKey("cluster.advertise_url")
@@ -248,6 +248,27 @@ func (c *Config) checkCluster() error {
 		}
 	}
 	return nil
+}
+
+// MaxNodeIDBytes is the longest cluster.node_id: it starts every SSE session id.
+const MaxNodeIDBytes = 64
+
+// validNodeID reports whether id may name a node: 1 to MaxNodeIDBytes ASCII letters, digits,
+// "-" or "_". Nothing else, so that an SSE session id, "<node>.<random>", splits at its first
+// "." and needs no escaping in the URL a command is posted to, and a hash tag holding the id
+// is not cut short by a brace.
+func validNodeID(id string) bool {
+	if id == "" || len(id) > MaxNodeIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch b := id[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '-', b == '_':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // probeURL stands in for the database URL when one changefeed setting is checked on its own.

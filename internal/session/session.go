@@ -140,8 +140,13 @@ type Config struct {
 	// CloseGrace is how long the writer may spend writing the frames that explain a close.
 	// Default 2s.
 	CloseGrace time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// Node, when set, is the id of the node the session runs on, and starts the session's id:
+	// "<node>.<random>", so a node that is handed a request for the session can tell which
+	// node holds it without asking anyone (NodeOf). It holds no "." (cluster.node_id's rule).
+	// Empty: the id is the random part alone.
+	Node   string
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -310,7 +315,7 @@ func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error)
 	}
 	cfg = cfg.withDefaults()
 	s := &Session{
-		id:        newID(),
+		id:        newID(cfg.Node),
 		cfg:       cfg,
 		deps:      deps,
 		transport: t,
@@ -332,11 +337,36 @@ func New(cfg Config, deps Deps, t Transport, id auth.Identity) (*Session, error)
 	return s, nil
 }
 
-// newID returns an unguessable session id: SSE commands are addressed by it.
-func newID() string {
+// newID returns an unguessable session id, node's if node is set: SSE commands are addressed by
+// it. The random part is 144 bits from crypto/rand whether or not a node names it; its alphabet
+// (base64url) holds no ".", so the id's first "." ends the node's id.
+func newID(node string) string {
 	var b [18]byte
 	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	id := base64.RawURLEncoding.EncodeToString(b[:])
+	if node == "" {
+		return id
+	}
+	return node + "." + id
+}
+
+// NodeOf returns the id of the node a session id names: the part before its first ".", or ""
+// when there is none or it could not be a node's id (1 to 64 ASCII letters, digits, "-" or
+// "_": cluster.node_id's rule). A client sends the id back, so what it names is a claim to
+// check, not a fact.
+func NodeOf(id string) string {
+	node, _, ok := strings.Cut(id, ".")
+	if !ok || node == "" || len(node) > 64 {
+		return ""
+	}
+	for i := 0; i < len(node); i++ {
+		switch b := node[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '-', b == '_':
+		default:
+			return ""
+		}
+	}
+	return node
 }
 
 // ID is the session's id, as welcome sends it.

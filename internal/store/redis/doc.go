@@ -1,7 +1,7 @@
 // Package redis holds the multi-node implementations of Herald's stores on Redis or a Redis
 // Cluster, and is the only package that imports the Redis client: Interest (interest.Store),
-// Broker (channel.Broker), Presence (presence.Store) and Transport (payloads from node to node,
-// one stream per node). Not
+// Broker (channel.Broker), Presence (presence.Store), Transport (payloads from node to node,
+// one stream per node) and Nodes (the registry of live nodes and their URLs). Not
 // wired into the server yet: `herald serve` uses the memory implementations.
 //
 // # Keys
@@ -24,6 +24,8 @@
 //	<prefix>:a:{p:<shard>}:<channel>  HASH   the channel's sweep lease           (Presence)
 //	<prefix>:x:{n:<node>}             STREAM what other nodes send the node      (Transport)
 //	<prefix>:b:{b:<name>}             STRING a beacon: a value with a TTL         (Beacon)
+//	<prefix>:v:{r:nodes}              ZSET   node -> deadline, ms                (Nodes)
+//	<prefix>:u:{r:nodes}              HASH   node -> <incarnation> <url>         (Nodes)
 //
 // A row is <identity>\0<node>\0<data>. The tag's "o:" or "c:" keeps it non-empty whatever the
 // owner is (an empty tag would hash the whole key); an owner holding "}" ends its tag early,
@@ -57,9 +59,20 @@
 // # Concurrency and lifecycle
 //
 // A Client is safe for concurrent use; Dial connects, Close releases its connections. Interest,
-// Broker and Presence start no goroutine of their own (the client's connection goroutines are the
-// client's) and every call is bounded by its context or Config.Timeout. A Transport's Run owns
-// its reader and one sender per destination node, and returns when they have ended.
+// Broker, Presence and Nodes start no goroutine of their own (the client's connection goroutines
+// are the client's) and every call is bounded by its context or Config.Timeout. A Transport's
+// Run owns its reader and one sender per destination node, and returns when they have ended.
+// Nodes' Run is a loop on its caller's goroutine: it renews the node's entry every TTL/3 and
+// removes it when its context ends.
+//
+// # Nodes
+//
+// The registry is one pair of keys per prefix, in one slot: each node's deadline (Redis's clock,
+// TTL past its last registration) and its entry, its URL behind the incarnation that registered
+// it. A registration reaps entries past their deadline and is refused while another live
+// incarnation holds the id; a lookup answers only for a node before its deadline. A cluster has
+// tens of nodes, each renewing every few seconds, so one slot carries the registry easily, and
+// URL's cache keeps SSE commands handed between nodes from asking it each time.
 //
 // # Transport
 //

@@ -31,7 +31,7 @@ func hashTag(key string) string {
 // TestKeyLayout writes through every store and checks each key it left: that it has the shape
 // the package documentation gives, and that every key of one owner, and of one channel, shares
 // one hash tag (on the Cluster, one slot as Redis counts it): a presence channel's keys share
-// the tag of its shard's index.
+// the tag of its shard's index, and the node registry's keys one tag of their own.
 func TestKeyLayout(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
 		ctx := context.Background()
@@ -79,6 +79,20 @@ func TestKeyLayout(t *testing.T) {
 			shards[pr.channelKeys(ch)[0]] = true
 		}
 
+		registry := map[string]bool{}
+		for _, node := range []string{"node-a", "node-b"} {
+			nd, err := NewNodes(c, NodesConfig{Node: node, URL: "http://" + node + ":8080"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nd.Register(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range nd.keys() {
+				registry[k] = true
+			}
+		}
+
 		p := regexp.QuoteMeta(c.Prefix())
 		shapes := []*regexp.Regexp{
 			regexp.MustCompile(`^` + p + `:[wnlgm]:\{o:.*\}$`),
@@ -86,6 +100,7 @@ func TestKeyLayout(t *testing.T) {
 			regexp.MustCompile(`^` + p + `:[ch]:\{c:[^}]*\}$`),
 			regexp.MustCompile(`^` + p + `:i:\{p:[0-9]+\}$`),
 			regexp.MustCompile(`^` + p + `:[dma]:\{p:[0-9]+\}:.*$`),
+			regexp.MustCompile(`^` + p + `:[vu]:\{r:nodes\}$`),
 		}
 		keys := keysUnder(t, ctx, c)
 		tags := map[string]map[string]bool{} // owner or channel -> tags of its keys
@@ -113,6 +128,9 @@ func TestKeyLayout(t *testing.T) {
 					who = "presence channel " + ch
 				}
 			}
+			if registry[k] {
+				who = "the node registry"
+			}
 			if shards[k] {
 				continue // a presence shard's index: its channels' keys are checked against it below
 			}
@@ -126,8 +144,8 @@ func TestKeyLayout(t *testing.T) {
 			tags[who][hashTag(k)] = true
 		}
 		// Per owner: w n l g m, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h. Per
-		// presence channel: d m a, and an index per shard they fall in.
-		if want := 4*(5+3+2) + 2*2 + 3*len(rooms) + len(shards); len(keys) != want {
+		// presence channel: d m a, and an index per shard they fall in. The node registry: v u.
+		if want := 4*(5+3+2) + 2*2 + 3*len(rooms) + len(shards) + 2; len(keys) != want {
 			t.Errorf("%d keys, want %d: %q", len(keys), want, keys)
 		}
 		for _, ch := range rooms {

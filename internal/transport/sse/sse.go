@@ -19,6 +19,12 @@
 // tick together; each keepalive is written by a goroutine that lives for that one write. The
 // stream stops them and waits for a keepalive in flight before it gives its slot back. Writes
 // to a stream go through one mutex, shared by the writer, the keepalive and Close.
+//
+// On many nodes behind a load balancer that is not sticky, a command may reach any node. A
+// stream's session id names its node ("<node>.<random>", Config.Node), so the node a command
+// reaches knows at once whether it holds the stream; when it does not, it hands the request to
+// the node the id names (Config.Peers finds its URL) and relays that node's answer. A request
+// handed on is marked (ForwardedHeader) and never handed on again.
 package sse
 
 import (
@@ -47,8 +53,23 @@ import (
 type Config struct {
 	// PingInterval is how often a keepalive comment goes out. Default 50s.
 	PingInterval time.Duration
-	Session      session.Config
-	Logger       *slog.Logger
+	// Session configures the streams' sessions; its Node is always this Config's Node.
+	Session session.Config
+	// Node is this node's id (cluster.node_id), which starts every stream's session id
+	// ("<node>.<random>", session.NodeOf), so a command posted to another node can be handed
+	// to this one. 1 to 64 ASCII letters, digits, "-" or "_". Empty: one node.
+	Node string
+	// Peers finds the node a command's session id names when it is not this one. nil: one
+	// node, and a command for a session this node does not hold is not_found.
+	Peers Peers
+	// ForwardTimeout bounds a command handed to another node, from the dial to the end of its
+	// answer. Default 10s.
+	ForwardTimeout time.Duration
+	// Client hands commands to other nodes: set it for https between nodes with a CA of its
+	// own, say. nil: the handler's own, with ForwardTimeout, which never uses a proxy from the
+	// environment and closes its idle connections when base ends.
+	Client *http.Client
+	Logger *slog.Logger
 }
 
 // Handler serves GET /v1/sse and POST /v1/sse/{session}.
@@ -61,6 +82,9 @@ type Handler struct {
 	log      *slog.Logger
 
 	keepalives *heartbeat.Wheel // every stream's keepalive
+
+	client   *http.Client // read-only: hands commands to other nodes
+	forwards forwardStats
 
 	mu      sync.Mutex
 	streams map[string]*heraldv1.Conn // guarded by mu: live streams by session id
@@ -81,8 +105,17 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 	if cfg.Session.Logger == nil {
 		cfg.Session.Logger = cfg.Logger
 	}
+	cfg.Session.Node = cfg.Node
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = 10 * time.Second
+	}
+	client := cfg.Client
+	if client == nil && cfg.Peers != nil {
+		client = newForwardClient(cfg.ForwardTimeout)
+		context.AfterFunc(base, client.CloseIdleConnections)
+	}
 	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger,
-		keepalives: heartbeat.New(cfg.PingInterval), streams: map[string]*heraldv1.Conn{}}
+		keepalives: heartbeat.New(cfg.PingInterval), client: client, streams: map[string]*heraldv1.Conn{}}
 }
 
 func bearer(r *http.Request) string {
@@ -297,19 +330,29 @@ func startStream(w http.ResponseWriter, flusher http.Flusher) {
 	flusher.Flush()
 }
 
-// Command serves POST /v1/sse/{session}: one client frame for a live stream's session.
+// errNoStream answers a command for a session no live stream has.
+var errNoStream = &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"}
+
+// Command serves POST /v1/sse/{session}: one client frame for a live stream's session. A
+// session another node holds (its id names that node) has the request handed to that node,
+// whose answer this one relays (forward.go).
 func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("session")
 	h.mu.Lock()
-	c := h.streams[r.PathValue("session")]
+	c := h.streams[id]
 	h.mu.Unlock()
 	if c == nil {
-		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeNotFound, Message: "no live stream has this session id; open a stream with GET /v1/sse and use its welcome's session"})
+		if node := session.NodeOf(id); h.cfg.Peers != nil && node != "" && node != h.cfg.Node && r.Header.Get(ForwardedHeader) == "" {
+			h.forward(w, r, node)
+			return
+		}
+		// No other node to ask: this one, the one the id names, does not hold it (or it was
+		// handed here by another node, which must not be handed it back: no loops).
+		heraldv1.WriteHTTPError(w, errNoStream)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, int64(maxFrame(h.cfg.Session.MaxFrameBytes)))
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
+	body, ok := readFrame(w, r, h.cfg.Session.MaxFrameBytes)
+	if !ok {
 		return
 	}
 	f, err := wire.Decode(body, h.cfg.Session.MaxFrameBytes)
@@ -340,6 +383,18 @@ func (h *Handler) Command(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// readFrame reads a command's body, one frame of at most maxFrameBytes, or answers
+// frame_too_large and returns false.
+func readFrame(w http.ResponseWriter, r *http.Request, maxFrameBytes int) ([]byte, bool) {
+	r.Body = http.MaxBytesReader(w, r.Body, int64(maxFrame(maxFrameBytes)))
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		heraldv1.WriteHTTPError(w, &wire.Error{Code: wire.CodeFrameTooLarge, Message: "the frame is longer than limits.max_frame_bytes; send less per frame"})
+		return nil, false
+	}
+	return body, true
 }
 
 func maxFrame(n int) int {

@@ -77,13 +77,24 @@ type node struct {
 
 func newNode(t *testing.T, http2 bool) *node {
 	t.Helper()
+	return newNodeWith(t, Config{PingInterval: 100 * time.Millisecond}, anyone{}, http2, nil)
+}
+
+// newNodeWith is newNode with the handler's Config and authenticator, and wrap, when not nil,
+// around its routes.
+func newNodeWith(t *testing.T, cfg Config, a session.Authenticator, http2 bool, wrap func(http.Handler) http.Handler) *node {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := &registry{stopping: make(chan struct{})}
-	h := New(ctx, Config{PingInterval: 100 * time.Millisecond}, session.Deps{Channels: channels{}}, anyone{}, reg)
+	h := New(ctx, cfg, session.Deps{Channels: channels{}}, a, reg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/sse", h.Stream)
 	mux.HandleFunc("POST /v1/sse/{session}", h.Command)
-	srv := httptest.NewUnstartedServer(mux)
+	var hd http.Handler = mux
+	if wrap != nil {
+		hd = wrap(mux)
+	}
+	srv := httptest.NewUnstartedServer(hd)
 	srv.Config.BaseContext = func(net.Listener) context.Context { return ctx }
 	if http2 {
 		srv.EnableHTTP2 = true
