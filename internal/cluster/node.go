@@ -30,6 +30,12 @@ type Hub interface {
 	Deliver(m *stream.Message) error
 }
 
+// Presence is this node's presence, as the receiving side needs it: it hands a join or leave
+// another node made to this node's presence subscribers of the channel.
+type Presence interface {
+	Apply(channel string, kind stream.PresenceKind, m stream.Member)
+}
+
 // Tables is this node's router, as the receiving side needs it.
 type Tables interface {
 	// Accept routes a transaction (with only the events this node watches) to this node's
@@ -50,8 +56,9 @@ type Config struct {
 	Interest  interest.Store
 	Transport Transport
 	// Hub and Tables receive what other nodes send; Tables is nil without a changefeed.
-	Hub    Hub
-	Tables Tables
+	Hub      Hub
+	Tables   Tables
+	Presence Presence // nil: presence events from other nodes are dropped
 	// RowTTL is the interest store's TTL: Run renews this node's rows every RowTTL/4.
 	// Default interest.DefaultTTL.
 	RowTTL time.Duration
@@ -79,8 +86,8 @@ type Node struct {
 	held map[string]*owned // guarded by mu: the rows this node filed, by owner
 	seq  atomic.Uint64     // names subscriptions: unique on this node
 
-	out *queue[*stream.Message] // publications to route
-	in  *queue[inbound]         // payloads received
+	out *queue[outItem] // publications and presence events to route, in the order they were made
+	in  *queue[inbound] // payloads received
 
 	cache  map[string]*ownerCache // owned by the publication router goroutine
 	tcache map[string]*ownerCache // owned by Replicate's caller, the changefeed's sink goroutine
@@ -97,6 +104,12 @@ type owned struct {
 type ownerCache struct {
 	gen   uint64
 	nodes map[string][]string // token -> the distinct nodes its rows name
+}
+
+// outItem is a publication or a presence event to route.
+type outItem struct {
+	m    *stream.Message
+	pres *wirePresence
 }
 
 type inbound struct {
@@ -117,11 +130,12 @@ type counters struct {
 const (
 	KindChannel = iota
 	KindTable
+	KindPresence
 	kinds
 )
 
 // KindNames are the metric labels of the kinds.
-var KindNames = [kinds]string{"channel", "table"}
+var KindNames = [kinds]string{"channel", "table", "presence"}
 
 // New returns a node; Run starts it.
 func New(cfg Config) (*Node, error) {
@@ -146,7 +160,7 @@ func New(cfg Config) (*Node, error) {
 	return &Node{
 		cfg: cfg, log: cfg.Logger,
 		held:   map[string]*owned{},
-		out:    newQueue[*stream.Message](cfg.QueueItems, cfg.QueueBytes),
+		out:    newQueue[outItem](cfg.QueueItems, cfg.QueueBytes),
 		in:     newQueue[inbound](cfg.QueueItems, cfg.QueueBytes),
 		cache:  map[string]*ownerCache{},
 		tcache: map[string]*ownerCache{},
@@ -210,8 +224,18 @@ func (n *Node) Mark(ctx context.Context, owner string) (uint64, error) {
 // (channel.Remote). A full queue drops it: the receiving nodes see the hole in the channel's
 // offsets and report it.
 func (n *Node) Forward(m *stream.Message) {
-	if !n.out.push(m, len(m.Channel)+len(m.Event)+len(m.Data)+64) {
+	if !n.out.push(outItem{m: m}, len(m.Channel)+len(m.Event)+len(m.Data)+64) {
 		n.stats.dropped[KindChannel].Add(1)
+	}
+}
+
+// Relay queues a presence join or leave this node made for the nodes that hold the channel
+// exactly (its presence subscribers subscribe to it). A full queue drops it, counted: presence
+// events have no position, so a lost one leaves other nodes' rosters stale until the member's
+// next change (docs/OPERATIONS.md, Many nodes).
+func (n *Node) Relay(channel string, kind stream.PresenceKind, m stream.Member) {
+	if !n.out.push(outItem{pres: &wirePresence{Channel: channel, Kind: kind, Member: m}}, len(channel)+len(m.ID)+len(m.Meta)+64) {
+		n.stats.dropped[KindPresence].Add(1)
 	}
 }
 
@@ -230,8 +254,11 @@ func (n *Node) Gap(from string, reason GapReason) {
 }
 
 func kindOf(data []byte) int {
-	if len(data) > 0 && data[0] == kindTxn {
+	switch {
+	case len(data) > 0 && data[0] == kindTxn:
 		return KindTable
+	case len(data) > 0 && data[0] == kindPresence:
+		return KindPresence
 	}
 	return KindChannel
 }
@@ -259,8 +286,12 @@ func (n *Node) routeLoop(ctx context.Context) {
 			return
 		}
 		gens := map[string]uint64{}
-		for _, m := range batch {
-			n.routeMessage(ctx, m, gens)
+		for _, it := range batch {
+			if it.m != nil {
+				n.routeMessage(ctx, it.m, gens)
+			} else {
+				n.routePresence(ctx, it.pres, gens)
+			}
 		}
 		n.out.done(batch)
 	}
@@ -293,6 +324,30 @@ func (n *Node) routeMessage(ctx context.Context, m *stream.Message, gens map[str
 			n.cfg.Transport.Send(node, data)
 			n.stats.sent[KindChannel].Add(1)
 		}
+	}
+}
+
+// routePresence sends a presence event to the nodes holding its channel exactly.
+func (n *Node) routePresence(ctx context.Context, p *wirePresence, gens map[string]uint64) {
+	nodes, err := n.nodesFor(ctx, n.cache, gens, "c:"+firstSegment(p.Channel), []string{"x:" + p.Channel})
+	if err != nil {
+		n.stats.dropped[KindPresence].Add(1)
+		n.log.Warn("cluster: route a presence event", slog.String("channel", p.Channel), slog.Any("err", err))
+		return
+	}
+	var data []byte
+	for _, node := range nodes {
+		if node == n.cfg.Node {
+			continue
+		}
+		if data == nil {
+			if data, err = encodePresence(p.Channel, p.Kind, p.Member); err != nil {
+				n.log.Error("cluster: encode a presence event", slog.Any("err", err))
+				return
+			}
+		}
+		n.cfg.Transport.Send(node, data)
+		n.stats.sent[KindPresence].Add(1)
 	}
 }
 
@@ -432,6 +487,17 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 		if err := n.cfg.Tables.Accept(ctx, txn); err != nil && ctx.Err() == nil {
 			n.log.Warn("cluster: route a transaction", slog.String("lsn", txn.CommitLSN.String()), slog.Any("err", err))
 			n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
+		}
+	case kindPresence:
+		p, err := decodePresence(in.data[1:])
+		if err != nil {
+			n.stats.dropped[KindPresence].Add(1)
+			n.log.Error("cluster: a presence event from another node does not decode", slog.String("from", in.from), slog.Any("err", err))
+			return
+		}
+		n.stats.received[KindPresence].Add(1)
+		if n.cfg.Presence != nil {
+			n.cfg.Presence.Apply(p.Channel, p.Kind, p.Member)
 		}
 	default:
 		n.stats.dropped[KindChannel].Add(1)

@@ -14,9 +14,35 @@ import (
 // kind, the rest JSON. Nodes of one deployment run one version; a payload of a kind a node
 // does not know is counted and dropped, as a lost one would be.
 const (
-	kindMessage byte = 'm' // a channel publication
-	kindTxn     byte = 't' // a transaction's changes to tables the destination watches
+	kindMessage  byte = 'm' // a channel publication
+	kindTxn      byte = 't' // a transaction's changes to tables the destination watches
+	kindPresence byte = 'p' // a presence join or leave
 )
+
+type wirePresence struct {
+	Channel string              `json:"ch"`
+	Kind    stream.PresenceKind `json:"k"`
+	Member  stream.Member       `json:"m"`
+}
+
+func encodePresence(channel string, kind stream.PresenceKind, m stream.Member) ([]byte, error) {
+	b, err := json.Marshal(wirePresence{Channel: channel, Kind: kind, Member: m})
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{kindPresence}, b...), nil
+}
+
+func decodePresence(b []byte) (*wirePresence, error) {
+	var w wirePresence
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, err
+	}
+	if w.Channel == "" || w.Member.ID == "" || (w.Kind != stream.PresenceJoin && w.Kind != stream.PresenceLeave) {
+		return nil, errors.New("a presence event without a channel, a member or a kind")
+	}
+	return &w, nil
+}
 
 type wireMessage struct {
 	Pos     stream.Position `json:"pos"`
