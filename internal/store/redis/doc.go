@@ -48,8 +48,11 @@
 //
 // A Client is safe for concurrent use; Dial connects, Close releases its connections. Interest,
 // Broker and Presence start no goroutine of their own (the client's connection goroutines are the
-// client's) and every call is bounded by its context or Config.Timeout. A Transport's Run owns
-// its reader and one sender per destination node, and returns when they have ended.
+// client's) and every call is bounded by its context or Config.Timeout. A Client's Run owns one
+// goroutine, which pings every node each Config.PingInterval so that Healthy answers at once
+// (for a readiness probe) without asking Redis. A Transport's Run owns its reader and one sender
+// per destination node, and returns when they have ended; neither Run ends on a Redis outage,
+// both retry with backoff until their context ends.
 //
 // # Transport
 //
@@ -57,9 +60,27 @@
 // with NOMKSTREAM, so a dead node's stream is not brought back. Each entry names its producer,
 // the producer's incarnation and a sequence number per (incarnation, destination). The reader
 // hands payloads over in stream order, skips a number it has seen (a batch sent again after an
-// error) and reports a jump (a producer's queue overflowed, or the stream was trimmed before it
-// was read), a new incarnation, or its stream gone (Redis lost it) as a gap. A producer whose
-// queue dropped its last payloads appends a tick, so the hole is told without waiting for
-// another payload. Bounds: each destination's queue by payloads and bytes, each stream by
-// MaxLen entries.
+// error), and reports as a gap:
+//
+//   - a jump in a producer's numbers (its queue overflowed, its append found no stream, or the
+//     stream was trimmed before it was read): GapLost;
+//   - a tick naming a number it has not read: GapLost. A sender appends a tick, carrying the
+//     last number it spent, when its queue dropped its last payloads, and every Heartbeat while
+//     idle for StreamTTL after its last Send, so a producer that falls silent after losing
+//     entries is still found out;
+//   - its last-read entry trimmed away, found by a check after each full read (a trim keeps at
+//     least MaxLen entries, and MaxLen is at least MinMaxLen, at least any Batch, so only a full
+//     read can follow one): GapLost for every producer it knows, before the entries read;
+//   - a new incarnation: GapRestart;
+//   - its stream gone (Redis restarted without its data, or lost it; found on renewing the TTL
+//     after a read that found nothing or failed): GapStreamGone for every producer it knows,
+//     once, when it has made the stream again.
+//
+// A producer whose every entry was trimmed unread, and which died before its next tick, goes
+// unreported: the reader never knew of it. While Redis is unreachable, senders retry their batch
+// (their queues fill, then drop, each drop a spent number) and the reader retries its read; an
+// outage logs a line as it starts and one as it ends, per goroutine. Transport.Stats counts
+// payloads and bytes sent and received, drops by DropReason, gaps by GapReason, and the Redis
+// commands and round trips spent. Bounds: each destination's queue by payloads and bytes, each
+// stream by MaxLen entries.
 package redis
