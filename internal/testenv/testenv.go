@@ -1,7 +1,8 @@
 // Package testenv hands integration tests the private PostgreSQL, Redis and Redis Cluster that
 // scripts/testenv starts. A test asks for a service; when the service is not there, the test
 // skips locally with a message naming the script, and fails under CI=true, where a missing
-// service is a broken build rather than a reason to test less.
+// service is a broken build rather than a reason to test less. A test that must stop and start
+// Redis runs its own from the redis-server binary RedisServer finds.
 package testenv
 
 import (
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	neturl "net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +66,22 @@ func RedisClusterURL(t testing.TB) string {
 		missing(t, RedisClusterURLEnv, "Redis Cluster (HERALD_TESTENV_REDIS_CLUSTER=1)")
 	}
 	return u
+}
+
+// RedisServer returns the path of redis-server, for a test that runs a Redis of its own to
+// stop and start while it runs (the private one stays up for every other test). Without one on
+// PATH the test skips locally and fails under CI=true.
+func RedisServer(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		msg := "no redis-server on PATH: this test runs a Redis of its own; install Redis >= 7 (Debian: apt-get install redis-server)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
 }
 
 // NewDatabase creates a fresh database on the private PostgreSQL and returns its URL. The

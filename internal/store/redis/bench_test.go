@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,4 +65,86 @@ func BenchmarkPresence(b *testing.B) {
 			}
 		}
 	})
+}
+
+// countReceiver counts what a benchmark's Transport receives.
+type countReceiver struct {
+	payloads, gaps atomic.Uint64
+	arrived        chan struct{} // capacity 1: a nudge for each arrival
+}
+
+func (r *countReceiver) Receive(string, []byte) {
+	r.payloads.Add(1)
+	select {
+	case r.arrived <- struct{}{}:
+	default:
+	}
+}
+
+func (r *countReceiver) Gap(string, GapReason) { r.gaps.Add(1) }
+
+// BenchmarkTransport measures payloads from one Transport to another through the private
+// Redis, Send to Receive: payloads/s, and the Redis commands and round trips per payload of
+// both transports together (the sender's appends, the reader's reads and renewals). At most
+// window payloads are in flight, so no queue overflows. Compare figures within one run.
+func BenchmarkTransport(b *testing.B) {
+	for _, size := range []int{64, 1024} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			c := dialB(b, testenv.RedisURL(b))
+			from, err := NewTransport(c, TransportConfig{Node: "from"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			to, err := NewTransport(c, TransportConfig{Node: "to"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			recv := &countReceiver{arrived: make(chan struct{}, 1)}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for _, tr := range []*Transport{from, to} {
+				wg.Go(func() { _ = tr.Run(ctx, recv) })
+			}
+			defer func() {
+				cancel()
+				wg.Wait()
+			}()
+			waitStream(b, to)
+
+			const window = 4096
+			wait := func(n uint64) {
+				for recv.payloads.Load() < n {
+					select {
+					case <-recv.arrived:
+					case <-time.After(10 * time.Second):
+						b.Fatalf("%d payloads of %d arrived; none for 10s", recv.payloads.Load(), n)
+					}
+				}
+			}
+			data := make([]byte, size)
+			b.SetBytes(int64(size))
+			before := from.Stats()
+			beforeTo := to.Stats()
+			b.ResetTimer()
+			start := time.Now()
+			for i := range uint64(b.N) {
+				if i >= window {
+					wait(i - window + 1)
+				}
+				from.Send("to", data)
+			}
+			wait(uint64(b.N))
+			elapsed := time.Since(start)
+			b.StopTimer()
+			st, stTo := from.Stats(), to.Stats()
+			if st.DroppedQueueFull+st.DroppedNoStream != 0 || recv.gaps.Load() != 0 {
+				b.Fatalf("payloads dropped (%+v) or gaps (%d): the figures would not measure delivery", st, recv.gaps.Load())
+			}
+			cmds := st.Commands - before.Commands + stTo.Commands - beforeTo.Commands
+			trips := st.RoundTrips - before.RoundTrips + stTo.RoundTrips - beforeTo.RoundTrips
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "payloads/s")
+			b.ReportMetric(float64(cmds)/float64(b.N), "cmds/payload")
+			b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/payload")
+		})
+	}
 }

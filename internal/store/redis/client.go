@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -18,8 +21,11 @@ type Config struct {
 	// Prefix starts every key, so several deployments (or tests) can share one Redis. It must
 	// not hold "{" or "}", which would move the hash tag. Default "herald".
 	Prefix string
-	// Timeout bounds each call whose caller gives no context (the channel broker). Default 2s.
+	// Timeout bounds each call whose caller gives no context (the channel broker), and each
+	// health check. Default 2s.
 	Timeout time.Duration
+	// PingInterval is how often Run checks that Redis answers, for Healthy. Default 1s.
+	PingInterval time.Duration
 }
 
 // DefaultPrefix is the key prefix when Config.Prefix is empty.
@@ -28,11 +34,23 @@ const DefaultPrefix = "herald"
 // DefaultTimeout bounds a call without a caller's context.
 const DefaultTimeout = 2 * time.Second
 
+// DefaultPingInterval is how often Run checks Redis when Config.PingInterval is zero.
+const DefaultPingInterval = time.Second
+
 // Client is a connection to Redis or a Redis Cluster, shared by the stores built on it.
 type Client struct {
-	rc      rueidis.Client // read-only
-	prefix  string         // read-only
-	timeout time.Duration  // read-only
+	rc        rueidis.Client // read-only
+	prefix    string         // read-only
+	timeout   time.Duration  // read-only
+	pingEvery time.Duration  // read-only
+
+	health atomic.Pointer[health] // the last check's outcome: written by Dial, then by Run
+}
+
+// health is the outcome of one check of every node.
+type health struct {
+	err error     // nil if every node answered
+	at  time.Time // when the check ended
 }
 
 // Dial connects to the Redis at cfg.URL and checks that it answers.
@@ -49,6 +67,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("redis: parse URL: %w", err)
@@ -59,14 +80,84 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: connect %s: %w", strings.Join(opt.InitAddress, ","), err)
 	}
-	c := &Client{rc: rc, prefix: cfg.Prefix, timeout: cfg.Timeout}
+	c := &Client{rc: rc, prefix: cfg.Prefix, timeout: cfg.Timeout, pingEvery: cfg.PingInterval}
 	pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if err := rc.Do(pctx, rc.B().Ping().Build()).Error(); err != nil {
 		rc.Close()
 		return nil, fmt.Errorf("redis: ping: %w", err)
 	}
+	c.health.Store(&health{at: time.Now()})
 	return c, nil
+}
+
+// Run checks that Redis answers every PingInterval, pinging every node of a Cluster, each
+// check bounded by Timeout, until ctx ends; then it returns nil. It is what keeps Healthy
+// current; nothing else depends on it.
+func (c *Client) Run(ctx context.Context) error {
+	tk := time.NewTicker(c.pingEvery)
+	defer tk.Stop()
+	for {
+		err := c.ping(ctx)
+		if ctx.Err() != nil {
+			return nil // a check cut short by the end of Run says nothing about Redis
+		}
+		c.health.Store(&health{err: err, at: time.Now()})
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tk.C:
+		}
+	}
+}
+
+// ping pings every node at once, and returns the first failure by address, if any.
+func (c *Client) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	nodes := c.rc.Nodes()
+	addrs := make([]string, 0, len(nodes))
+	for addr := range nodes {
+		addrs = append(addrs, addr)
+	}
+	sort.Strings(addrs)
+	errs := make([]error, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		n := nodes[addr]
+		wg.Go(func() { errs[i] = n.Do(ctx, n.B().Ping().Build()).Error() })
+	}
+	wg.Wait()
+	failed := 0
+	var first error
+	for i, err := range errs {
+		if err != nil {
+			if failed == 0 {
+				first = fmt.Errorf("ping %s: %w", addrs[i], err)
+			}
+			failed++
+		}
+	}
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more of %d nodes)", first, failed-1, len(addrs))
+	}
+	return first
+}
+
+// Healthy returns nil if Redis answered the last check, or why not: the last check's failure,
+// or that no check ended for longer than two PingIntervals and two Timeouts (Run is not
+// running). It asks Redis nothing, so a readiness probe can call it as often as it likes.
+//
+// The answer comes from Run's pings rather than from the outcome of the stores' last command:
+// an idle node still finds Redis gone (within PingInterval plus Timeout), and a command Redis
+// refused (a script error, say) is not taken for an outage. The cost is one PING per node per
+// PingInterval, and an answer up to PingInterval plus Timeout old.
+func (c *Client) Healthy() error {
+	h := c.health.Load()
+	if age := time.Since(h.at); age > 2*(c.pingEvery+c.timeout) {
+		return fmt.Errorf("not checked for %s: redis.Client.Run is not running", age.Round(time.Millisecond))
+	}
+	return h.err
 }
 
 // Close closes the client's connections.

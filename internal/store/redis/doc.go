@@ -54,16 +54,20 @@
 // cap. Sweep claims, elects (node ids compared byte by byte, whatever the server's locale),
 // expires and writes the leader's roster in one script, so two claims at one instant never both
 // lead, and each expired member is returned to one node.
-// The dispatch hot path, Interest.Watched, is one SMISMEMBER.
+// The routing hot path reads one owner generation (a GET) per owner per batch, and the rows of
+// its tokens (one script) only when the generation moved.
 //
 // # Concurrency and lifecycle
 //
 // A Client is safe for concurrent use; Dial connects, Close releases its connections. Interest,
-// Broker, Presence and Nodes start no goroutine of their own (the client's connection goroutines
-// are the client's) and every call is bounded by its context or Config.Timeout. A Transport's
-// Run owns its reader and one sender per destination node, and returns when they have ended.
-// Nodes' Run is a loop on its caller's goroutine: it renews the node's entry every TTL/3 and
-// removes it when its context ends.
+// Broker, Presence, Nodes and Beacon start no goroutine of their own (the client's connection
+// goroutines are the client's) and every call is bounded by its context or Config.Timeout. A
+// Client's Run owns one goroutine, which pings every node each Config.PingInterval so that
+// Healthy answers at once (for a readiness probe) without asking Redis. A Transport's Run owns
+// its reader and one sender per destination node, and returns when they have ended; neither
+// Run ends on a Redis outage, both retry with backoff until their context ends. Nodes' Run is a
+// loop on its caller's goroutine: it renews the node's entry every TTL/3 and removes it when
+// its context ends.
 //
 // # Nodes
 //
@@ -80,9 +84,27 @@
 // with NOMKSTREAM, so a dead node's stream is not brought back. Each entry names its producer,
 // the producer's incarnation and a sequence number per (incarnation, destination). The reader
 // hands payloads over in stream order, skips a number it has seen (a batch sent again after an
-// error) and reports a jump (a producer's queue overflowed, or the stream was trimmed before it
-// was read), a new incarnation, or its stream gone (Redis lost it) as a gap. A producer whose
-// queue dropped its last payloads appends a tick, so the hole is told without waiting for
-// another payload. Bounds: each destination's queue by payloads and bytes, each stream by
-// MaxLen entries.
+// error), and reports as a gap:
+//
+//   - a jump in a producer's numbers (its queue overflowed, its append found no stream, or the
+//     stream was trimmed before it was read): GapLost;
+//   - a tick naming a number it has not read: GapLost. A sender appends a tick, carrying the
+//     last number it spent, when its queue dropped its last payloads, and every Heartbeat while
+//     idle for StreamTTL after its last Send, so a producer that falls silent after losing
+//     entries is still found out;
+//   - its last-read entry trimmed away, found by a check after each full read (a trim keeps at
+//     least MaxLen entries, and MaxLen is at least MinMaxLen, at least any Batch, so only a full
+//     read can follow one): GapLost for every producer it knows, before the entries read;
+//   - a new incarnation: GapRestart;
+//   - its stream gone (Redis restarted without its data, or lost it; found on renewing the TTL
+//     after a read that found nothing or failed): GapStreamGone for every producer it knows,
+//     once, when it has made the stream again.
+//
+// A producer whose every entry was trimmed unread, and which died before its next tick, goes
+// unreported: the reader never knew of it. While Redis is unreachable, senders retry their batch
+// (their queues fill, then drop, each drop a spent number) and the reader retries its read; an
+// outage logs a line as it starts and one as it ends, per goroutine. Transport.Stats counts
+// payloads and bytes sent and received, drops by DropReason, gaps by GapReason, and the Redis
+// commands and round trips spent. Bounds: each destination's queue by payloads and bytes, each
+// stream by MaxLen entries.
 package redis

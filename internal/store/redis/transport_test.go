@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -55,7 +56,7 @@ type node struct {
 	stop func()
 }
 
-func startNode(t *testing.T, c *Client, cfg TransportConfig) *node {
+func startNode(t testing.TB, c *Client, cfg TransportConfig) *node {
 	t.Helper()
 	if cfg.Block == 0 {
 		cfg.Block = 200 * time.Millisecond
@@ -70,7 +71,7 @@ func startNode(t *testing.T, c *Client, cfg TransportConfig) *node {
 	return n
 }
 
-func (n *node) run(t *testing.T) func() {
+func (n *node) run(t testing.TB) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -79,19 +80,7 @@ func (n *node) run(t *testing.T) func() {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	// The stream exists once the reader made it; producers never create one.
-	key := n.tr.streamKey(n.tr.cfg.Node)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ok, err := n.tr.c.rc.Do(context.Background(), n.tr.c.rc.B().Exists().Key(key).Build()).AsBool()
-		if err == nil && ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s not created: %v", key, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStream(t, n.tr)
 	return sync.OnceFunc(func() {
 		cancel()
 		select {
@@ -102,7 +91,24 @@ func (n *node) run(t *testing.T) func() {
 	})
 }
 
-func flush(t *testing.T, tr *Transport) {
+// waitStream waits until tr's reader has made its stream: producers never create one.
+func waitStream(t testing.TB, tr *Transport) {
+	t.Helper()
+	key := tr.streamKey(tr.cfg.Node)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := tr.c.rc.Do(context.Background(), tr.c.rc.B().Exists().Key(key).Build()).AsBool()
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %s not created: %v", key, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func flush(t testing.TB, tr *Transport) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -152,54 +158,207 @@ func TestTransportOrderOncePerNode(t *testing.T) {
 	})
 }
 
+// of returns the events of producer from in ev: its payloads and its gaps.
+func of(ev []string, from string) []string {
+	var out []string
+	for _, e := range ev {
+		if strings.HasPrefix(e, from+":") || strings.HasPrefix(e, from+"!") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// noSilentLoss checks the payloads from producer from in ev, numbered in the order sent: they
+// arrive in that order, at most once, each one that does not follow the one before it comes
+// after a gap from from, and the last to arrive is last.
+func noSilentLoss(t *testing.T, ev []string, from string, last int) {
+	t.Helper()
+	prev, gapped := -1, false
+	for _, e := range of(ev, from) {
+		if strings.HasPrefix(e, from+"!") {
+			gapped = true
+			continue
+		}
+		v, err := strconv.Atoi(strings.TrimPrefix(e, from+":"))
+		if err != nil {
+			t.Fatalf("event %q: want a numbered payload", e)
+		}
+		if v <= prev {
+			t.Fatalf("payload %d arrived after %d: out of order, or twice", v, prev)
+		}
+		if v != prev+1 && !gapped {
+			t.Fatalf("payload %d arrived after %d with no gap between: %d..%d were lost silently; events %q", v, prev, prev+1, v-1, of(ev, from))
+		}
+		prev, gapped = v, false
+	}
+	if prev != last {
+		t.Fatalf("the last payload from %s to arrive is %d, want %d", from, prev, last)
+	}
+}
+
+// sendNumbered sends the payloads "lo".."hi-1" from tr to node.
+func sendNumbered(tr *Transport, node string, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		tr.Send(node, []byte(strconv.Itoa(i)))
+	}
+}
+
+// requireTrimmed checks that no payload from producer is left in node's stream, so that a test
+// of what a trim does shows something.
+func requireTrimmed(t *testing.T, c *Client, tr *Transport, node, producer string) {
+	t.Helper()
+	es, err := c.rc.Do(context.Background(), c.rc.B().Xrange().Key(tr.streamKey(node)).Start("-").End("+").Build()).AsXRange()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.FieldValues["p"] == producer && e.FieldValues["t"] == "" {
+			t.Fatalf("a payload from %s is still in %s's stream (%d entries): the stream was not trimmed, the test shows nothing", producer, node, len(es))
+		}
+	}
+}
+
 func TestTransportOverflowIsAGap(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
-		c := dial(t, url)
-		b := startNode(t, c, TransportConfig{Node: "b"})
-		a, err := NewTransport(c, TransportConfig{Node: "a", QueueItems: 4})
-		if err != nil {
-			t.Fatal(err)
+		for _, tc := range []struct {
+			name  string
+			sends int // into a queue of 4
+		}{
+			{"several dropped", 10},
+			// The tick then carries the number right after the last payload read: a reader
+			// that took it for the next payload's number would miss the hole.
+			{"one dropped", 5},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := dial(t, url)
+				b := startNode(t, c, TransportConfig{Node: "b"})
+				a, err := NewTransport(c, TransportConfig{Node: "a", QueueItems: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				sendNumbered(a, "b", 0, tc.sends) // nothing sends yet: the queue holds 4
+				dropped := uint64(tc.sends - 4)
+				if got := a.Dropped("b"); got != dropped {
+					t.Fatalf("Dropped = %d, want %d", got, dropped)
+				}
+				if st := a.Stats(); st.DroppedQueueFull != dropped || st.Queued != 4 || st.QueuedBytes != 4 || st.Destinations != 1 {
+					t.Fatalf("Stats = %+v, want %d dropped at a full queue, 4 payloads of 4 bytes queued for 1 destination", st, dropped)
+				}
+				an := &node{tr: a, rec: &recorder{}}
+				an.stop = an.run(t)
+				t.Cleanup(an.stop)
+				flush(t, a)
+				want := []string{"a:0", "a:1", "a:2", "a:3", "a!transport_lost"}
+				b.rec.waitFor(t, fmt.Sprintf("want %q", want), func(ev []string) bool { return strings.Join(ev, " ") == strings.Join(want, " ") })
+				a.Send("b", []byte("after"))
+				flush(t, a)
+				b.rec.waitFor(t, "a payload after the gap did not arrive alone", func(ev []string) bool {
+					return strings.Join(ev, " ") == strings.Join(append(want, "a:after"), " ")
+				})
+				if st := a.Stats(); st.Sent != 5 || st.SentBytes != 4+5 || st.Dropped(DropQueueFull) != dropped || st.Ticks < 1 || st.Queued != 0 {
+					t.Fatalf("a's Stats = %+v, want 5 sent (9 bytes), %d dropped, a tick, nothing queued", st, dropped)
+				}
+				if st := b.tr.Stats(); st.Received != 5 || st.ReceivedBytes != 9 || st.Gaps(GapLost) != 1 || st.GapsRestart+st.GapsStreamGone != 0 {
+					t.Fatalf("b's Stats = %+v, want 5 received (9 bytes), one gap: transport_lost", st)
+				}
+			})
 		}
-		for i := range 10 { // nothing sends yet: the queue holds 4, the rest are dropped
-			a.Send("b", []byte(fmt.Sprint(i)))
-		}
-		if got := a.Dropped("b"); got != 6 {
-			t.Fatalf("Dropped = %d, want 6", got)
-		}
-		an := &node{tr: a, rec: &recorder{}}
-		an.stop = an.run(t)
-		t.Cleanup(an.stop)
-		flush(t, a)
-		want := []string{"a:0", "a:1", "a:2", "a:3", "a!transport_lost"}
-		b.rec.waitFor(t, fmt.Sprintf("want %q", want), func(ev []string) bool { return strings.Join(ev, " ") == strings.Join(want, " ") })
-		a.Send("b", []byte("10"))
-		flush(t, a)
-		b.rec.waitFor(t, "a payload after the gap did not arrive alone", func(ev []string) bool {
-			return strings.Join(ev, " ") == strings.Join(append(want, "a:10"), " ")
-		})
 	})
 }
 
 func TestTransportTrimmedIsAGap(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
 		c := dial(t, url)
-		a := startNode(t, c, TransportConfig{Node: "a", MaxLen: 10})
+		a := startNode(t, c, TransportConfig{Node: "a", MaxLen: MinMaxLen})
 		b := startNode(t, c, TransportConfig{Node: "b"})
 		a.tr.Send("b", []byte("first"))
 		flush(t, a.tr)
 		b.rec.waitFor(t, "first payload", func(ev []string) bool { return len(ev) == 1 })
-		b.stop() // b's reader pauses; its stream stays, trimmed to about 10 entries
-		for i := range 1000 {
-			a.tr.Send("b", []byte(fmt.Sprint(i)))
-		}
+		b.stop() // b's reader pauses; its stream stays, trimmed to about MinMaxLen entries
+		sendNumbered(a.tr, "b", 0, 5*MinMaxLen)
 		flush(t, a.tr)
 		b.stop = b.run(t)
-		ev := b.rec.waitFor(t, "the last payload did not arrive", func(ev []string) bool { return len(ev) > 0 && ev[len(ev)-1] == "a:999" })
-		if ev[1] != "a!transport_lost" {
-			t.Fatalf("after the trim, events %q...: want the gap before the first payload read", ev[:min(len(ev), 4)])
+		last := fmt.Sprintf("a:%d", 5*MinMaxLen-1)
+		ev := b.rec.waitFor(t, "the last payload did not arrive", func(ev []string) bool { return len(ev) > 0 && ev[len(ev)-1] == last })
+		if ev[1] != "a!transport_lost" || ev[2] == "a:0" {
+			t.Fatalf("after the trim, events %q...: want the gap, then a payload past a:0 (the stream was trimmed)", ev[:min(len(ev), 4)])
 		}
-		if len(ev) > 2+500 {
-			t.Fatalf("%d events: the stream was not trimmed, the test shows nothing", len(ev))
+		// The reader found the trim and the jump in a's numbers: one hole, one gap.
+		if n := strings.Count(strings.Join(ev, " "), "!"); n != 1 {
+			t.Fatalf("%d gaps, want 1: %q", n, ev[:min(len(ev), 4)])
+		}
+		noSilentLoss(t, ev[1:], "a", 5*MinMaxLen-1)
+	})
+}
+
+// A producer whose entries were trimmed unread and which sends nothing more: the reader that
+// read from it before finds its last entry trimmed away.
+func TestTransportTrimmedSilentKnownProducer(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		c := dial(t, url)
+		b := startNode(t, c, TransportConfig{Node: "b"})
+		// a ticks only every 30s, past this test: what it shows is the reader's check.
+		a := startNode(t, c, TransportConfig{Node: "a", MaxLen: MinMaxLen, Heartbeat: 30 * time.Second})
+		f := startNode(t, c, TransportConfig{Node: "f", MaxLen: MinMaxLen})
+		a.tr.Send("b", []byte("first"))
+		flush(t, a.tr)
+		b.rec.waitFor(t, "first payload", func(ev []string) bool { return len(ev) == 1 })
+		b.stop()
+		for i := range 3 {
+			a.tr.Send("b", []byte(fmt.Sprint("x", i)))
+		}
+		flush(t, a.tr)
+		sendNumbered(f.tr, "b", 0, 5*MinMaxLen) // another producer fills the stream
+		flush(t, f.tr)
+		requireTrimmed(t, c, a.tr, "b", "a")
+		b.stop = b.run(t)
+		b.rec.waitFor(t, "no gap from a, whose last payloads were trimmed unread", func(ev []string) bool {
+			return strings.Contains(strings.Join(of(ev, "a"), " "), "a!transport_lost")
+		})
+		a.tr.Send("b", []byte("after"))
+		flush(t, a.tr)
+		ev := b.rec.waitFor(t, "a's payload after the gap", func(ev []string) bool {
+			got := of(ev, "a")
+			return got[len(got)-1] == "a:after"
+		})
+		got := of(ev, "a")
+		if got[0] != "a:first" || got[1] != "a!transport_lost" || strings.Contains(strings.Join(got, " "), "a:x") {
+			t.Fatalf("a's events %q: want a:first, the gap, and none of the trimmed payloads", got)
+		}
+		noSilentLoss(t, ev, "f", 5*MinMaxLen-1)
+	})
+}
+
+// A producer whose entries were all trimmed unread, so the reader never heard of it, and which
+// sends nothing more: its heartbeat tells the reader.
+func TestTransportTrimmedSilentUnknownProducer(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		c := dial(t, url)
+		b := startNode(t, c, TransportConfig{Node: "b"})
+		a := startNode(t, c, TransportConfig{Node: "a", MaxLen: MinMaxLen, Heartbeat: 50 * time.Millisecond})
+		f := startNode(t, c, TransportConfig{Node: "f", MaxLen: MinMaxLen})
+		b.stop()
+		for i := range 3 {
+			a.tr.Send("b", []byte(fmt.Sprint("x", i)))
+		}
+		flush(t, a.tr)
+		sendNumbered(f.tr, "b", 0, 5*MinMaxLen)
+		flush(t, f.tr)
+		requireTrimmed(t, c, a.tr, "b", "a")
+		b.stop = b.run(t)
+		b.rec.waitFor(t, "no gap from a, whose every payload was trimmed unread", func(ev []string) bool { return len(of(ev, "a")) > 0 })
+		a.tr.Send("b", []byte("after"))
+		flush(t, a.tr)
+		ev := b.rec.waitFor(t, "a's payload after the gap", func(ev []string) bool {
+			got := of(ev, "a")
+			return got[len(got)-1] == "a:after"
+		})
+		if got, want := strings.Join(of(ev, "a"), " "), "a!transport_lost a:after"; got != want {
+			t.Fatalf("a's events %q, want %q", got, want)
+		}
+		if st := a.tr.Stats(); st.Ticks == 0 {
+			t.Fatalf("a's Stats = %+v: no tick appended", st)
 		}
 	})
 }
@@ -230,5 +389,100 @@ func TestTransportStreamGoneAndRestart(t *testing.T) {
 		if ev[len(ev)-2] != "a!producer_restart" {
 			t.Fatalf("events %q: want a producer_restart gap before a's new incarnation's first payload", ev)
 		}
+		// The new incarnation reads the stream its last one made, from the marker it appends
+		// at its end: what was sent before that is not read (and told by the sender's tick).
+		deadline := time.Now().Add(10 * time.Second)
+		for markers := 0; markers < 2; {
+			es, err := c.rc.Do(context.Background(), c.rc.B().Xrange().Key(a2.tr.streamKey("a")).Start("-").End("+").Build()).AsXRange()
+			if err != nil {
+				t.Fatal(err)
+			}
+			markers = 0
+			for _, e := range es {
+				if e.FieldValues["p"] == "" {
+					markers++
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d markers in a's stream, want 2: its new incarnation did not join it", markers)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		b.tr.Send("a", []byte("to a2"))
+		flush(t, b.tr)
+		a2.rec.waitFor(t, "a's new incarnation did not read its stream", func(ev []string) bool {
+			return strings.Join(ev, " ") == "b:to a2"
+		})
 	})
+}
+
+// Redis restarts under running transports: with its data lost, the reader reports its stream
+// gone once and makes it again; with its data kept, nothing is lost. Either way the senders
+// resume, and every payload arrives or is told of by a gap.
+func TestTransportRedisRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep bool // SHUTDOWN SAVE, then start from the dump; else SIGKILL and start empty
+	}{
+		{"data lost", false},
+		{"data kept", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := startOwnRedis(t)
+			c := dial(t, srv.url())
+			a := startNode(t, c, TransportConfig{Node: "a", Heartbeat: 50 * time.Millisecond})
+			b := startNode(t, c, TransportConfig{Node: "b"})
+			sendNumbered(a.tr, "b", 0, 10)
+			flush(t, a.tr)
+			b.rec.waitFor(t, "the payloads before the outage", func(ev []string) bool { return len(ev) == 10 })
+			if tc.keep {
+				srv.shutdownSave()
+			} else {
+				srv.kill()
+			}
+			sendNumbered(a.tr, "b", 10, 20) // while Redis is away: queued, tried again
+			srv.start()
+			if !tc.keep {
+				b.rec.waitFor(t, "no stream_gone gap after Redis came back empty", func(ev []string) bool {
+					return strings.Contains(strings.Join(ev, " "), "a!stream_gone")
+				})
+			}
+			sendNumbered(a.tr, "b", 20, 30)
+			flush(t, a.tr)
+			ev := b.rec.waitFor(t, "the last payload", func(ev []string) bool { return ev[len(ev)-1] == "a:29" })
+			noSilentLoss(t, ev, "a", 29)
+			if st := a.tr.Stats(); st.Sent+st.DroppedQueueFull+st.DroppedNoStream != 30 {
+				t.Fatalf("a's Stats = %+v: sent and dropped add up to %d, want the 30 payloads", st, st.Sent+st.DroppedQueueFull+st.DroppedNoStream)
+			}
+			gone := strings.Count(strings.Join(ev, " "), "a!stream_gone")
+			if tc.keep {
+				if got := strings.Join(ev, " "); strings.Contains(got, "!") || len(ev) != 30 {
+					t.Fatalf("events %q: with Redis's data kept, want every payload once and no gap", ev)
+				}
+			} else if st := b.tr.Stats(); gone != 1 || st.GapsStreamGone != 1 {
+				t.Fatalf("%d stream_gone gaps (Stats %+v), want 1 for the one outage: %q", gone, st, ev)
+			}
+		})
+	}
+}
+
+func TestNewTransportRefuses(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg  TransportConfig
+		want string
+	}{
+		"no node":                {TransportConfig{}, "no node id"},
+		"stream TTL under block": {TransportConfig{Node: "a", Block: time.Second, StreamTTL: 3 * time.Second}, "stream TTL"},
+		"max length too low":     {TransportConfig{Node: "a", MaxLen: MinMaxLen - 1}, "max length"},
+		"batch too large":        {TransportConfig{Node: "a", Batch: MinMaxLen + 1}, "batch"},
+		"heartbeat past TTL":     {TransportConfig{Node: "a", Heartbeat: time.Minute}, "heartbeat"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewTransport(&Client{}, tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("NewTransport(%+v) = %v, want an error about %q", tc.cfg, err, tc.want)
+			}
+		})
+	}
 }
