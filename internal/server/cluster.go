@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/interest"
+	"github.com/heraldrt/herald/internal/presence"
 	redisstore "github.com/heraldrt/herald/internal/store/redis"
 	"github.com/heraldrt/herald/internal/stream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +30,7 @@ type peers struct {
 	transport *redisstore.Transport
 	presence  *redisstore.Presence
 	beacon    *redisstore.Beacon // who replicates: its node id while its stream is live
+	nodes     *redisstore.Nodes  // the registry of live nodes and their URLs; set by register
 	node      *cluster.Node
 	hub       *hubRef
 	log       *slog.Logger
@@ -78,15 +81,26 @@ func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
 	return p, nil
 }
 
-// start builds the cluster node on the hub and the router (nil without a changefeed).
-func (p *peers) start(hub *channel.Hub, tables cluster.Tables) error {
+// start builds the cluster node on the hub, the router (nil without a changefeed) and presence.
+func (p *peers) start(hub *channel.Hub, tables cluster.Tables, pres *presence.Presence) error {
 	p.hub.h = hub
-	n, err := cluster.New(cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables, Logger: p.log})
+	n, err := cluster.New(cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables,
+		Presence: applier{pres}, Logger: p.log})
 	if err != nil {
 		return err
 	}
 	p.node = n
 	return nil
+}
+
+// Relay is presence's Relay: the node routes a join or leave with the publications.
+func (p *peers) Relay(channel string, ev presence.Event) { p.node.Relay(channel, ev.Kind, ev.Member) }
+
+// applier hands presence events from other nodes to this node's presence.
+type applier struct{ p *presence.Presence }
+
+func (a applier) Apply(channel string, kind stream.PresenceKind, m stream.Member) {
+	a.p.Apply(channel, presence.Event{Kind: kind, Member: m})
 }
 
 // Forward is the hub's Remote until the node exists (it does before anything publishes).
@@ -96,7 +110,14 @@ func (p *peers) Forward(m *stream.Message) { p.node.Forward(m) }
 // whether this node's replication stream is live, for the beacon.
 func (p *peers) run(ctx context.Context, streaming func() bool) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(5)
+	go func() { defer wg.Done(); _ = p.client.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		if err := p.nodes.Run(ctx); err != nil && ctx.Err() == nil {
+			p.log.Error("cluster: the node registry stopped", "error", err)
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		if err := p.transport.Run(ctx, receiver{p.node}); err != nil && ctx.Err() == nil {
@@ -139,6 +160,9 @@ func (p *peers) probe(ctx context.Context, streaming func() bool) {
 func (p *peers) notReady(tables bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.client.Healthy(); err != nil {
+		return fmt.Errorf("redis unreachable: %v", err)
+	}
 	switch {
 	case p.healthErr != nil:
 		return fmt.Errorf("redis unreachable: %v", p.healthErr)
@@ -161,6 +185,39 @@ type receiver struct{ n *cluster.Node }
 func (r receiver) Receive(from string, data []byte) { r.n.Receive(from, data) }
 func (r receiver) Gap(from string, reason redisstore.GapReason) {
 	r.n.Gap(from, cluster.GapReason(reason))
+}
+
+// register enters this node in the registry of live nodes at url (how the others reach its
+// listener, for SSE commands handed between nodes), before it serves: a session id naming it
+// can be looked up as soon as a client holds one. Another live node with this id is refused.
+func (p *peers) register(ctx context.Context, url string) error {
+	n, err := redisstore.NewNodes(p.client, redisstore.NodesConfig{Node: p.id, URL: url, Logger: p.log})
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := n.Register(cctx); err != nil {
+		return err
+	}
+	p.nodes = n
+	return nil
+}
+
+// advertiseURL is how the other nodes reach this node's listener at addr: the configured URL,
+// or addr itself when it names a host.
+func advertiseURL(configured, addr string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return "", fmt.Errorf("listen %s names every interface, so the other nodes cannot be told how to reach this one: set cluster.advertise_url (HERALD_CLUSTER_ADVERTISE_URL) to http://<this node's address>:<port>", addr)
+	}
+	return "http://" + addr, nil
 }
 
 // close lets go of Redis when the node fails to build; nil-safe.

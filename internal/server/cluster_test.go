@@ -220,3 +220,53 @@ func TestTablesAcrossNodes(t *testing.T) {
 		t.Errorf("the filtered subscriber's node received %d transactions, want 4", got)
 	}
 }
+
+// TestPresenceAndSSEAcrossNodes: a member tracked on one node is in the roster and the joins
+// and leaves of a presence subscriber on another; and an SSE stream's commands may be posted
+// to any node.
+func TestPresenceAndSSEAcrossNodes(t *testing.T) {
+	cfgs := nodesConfig(t, 2)
+	a, b := start(t, cfgs[0]), start(t, cfgs[1])
+
+	// bob's SSE stream is on a; his commands go to b, which hands them to a.
+	bob, resp := openSSE(t, a.url+"/v1/sse", bearerHeader(t, "bob"))
+	if bob == nil {
+		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
+	}
+	session, _ := bob.next("welcome").frame["session"].(string)
+	if !strings.HasPrefix(session, "n1.") {
+		t.Fatalf("session %q does not name its node n1", session)
+	}
+	bobTok := token(t, "bob", time.Now().Add(time.Hour))
+	if code, m := postJSON(t, b.url+"/v1/sse/"+session, bobTok, `{"type":"subscribe","id":"s1","sub":"room","channel":"rooms/1","presence":true}`); code != 202 {
+		t.Fatalf("a command posted to the other node: %d %v, want 202", code, m)
+	}
+	bob.next("subscribed")
+	if ids := memberIDs(t, bob.next("roster").frame); len(ids) != 0 {
+		t.Fatalf("roster %v, want none yet", ids)
+	}
+
+	alice := connectAs(t, b, "alice", nil)
+	alice.send(`{"type":"track","id":"t1","channel":"rooms/1","meta":{"name":"Ada"}}`)
+	aliceID, _ := alice.expect("tracked")["member"].(string)
+	if mem := memberOf(t, bob.next("join").frame); mem["id"] != aliceID {
+		t.Fatalf("join of %v on the other node, want alice's %s", mem, aliceID)
+	}
+	// A second subscriber on a, after the join: alice is in its roster.
+	carol, carolResp := openSSE(t, a.url+"/v1/sse", bearerHeader(t, "carol"))
+	if carol == nil {
+		t.Fatalf("GET /v1/sse: %d", carolResp.StatusCode)
+	}
+	carolSession, _ := carol.next("welcome").frame["session"].(string)
+	if code, m := postJSON(t, a.url+"/v1/sse/"+carolSession, token(t, "carol", time.Now().Add(time.Hour)), `{"type":"subscribe","id":"s1","sub":"room","channel":"rooms/1","presence":true}`); code != 202 {
+		t.Fatalf("subscribe: %d %v", code, m)
+	}
+	carol.next("subscribed")
+	if ids := memberIDs(t, carol.next("roster").frame); len(ids) != 1 || ids[0] != aliceID {
+		t.Fatalf("roster on the other node %v, want alice's member", ids)
+	}
+	_ = alice.c.CloseNow()
+	if mem := memberOf(t, bob.next("leave").frame); mem["id"] != aliceID {
+		t.Fatalf("leave of %v on the other node, want alice's %s", mem, aliceID)
+	}
+}

@@ -183,6 +183,11 @@ func New(cfg Config) (*Server, error) {
 	if pcfg.Logger == nil {
 		pcfg.Logger = cfg.Logger
 	}
+	if pr != nil {
+		// The node's id among the nodes leads presence's sweeps too; joins and leaves go to the
+		// other nodes with the publications.
+		pcfg.Node, pcfg.Relay = pr.id, pr
+	}
 	pres, err := presence.New(pcfg, presStore)
 	if err != nil {
 		pr.close()
@@ -247,7 +252,7 @@ func New(cfg Config) (*Server, error) {
 		var sink changefeed.Sink = r
 		if pr != nil {
 			// The replicator routes each transaction to the other nodes too.
-			if err := pr.start(chans.hub, s.tables); err != nil {
+			if err := pr.start(chans.hub, s.tables, pres); err != nil {
 				schema.Close()
 				pr.close()
 				return nil, err
@@ -263,7 +268,7 @@ func New(cfg Config) (*Server, error) {
 		s.schema, s.feed = schema, feed
 	}
 	if pr != nil && pr.node == nil {
-		if err := pr.start(chans.hub, nil); err != nil {
+		if err := pr.start(chans.hub, nil, pres); err != nil {
 			pr.close()
 			return nil, err
 		}
@@ -445,6 +450,19 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	ln = s.gate(ln)
 	s.addr.Store(ln.Addr().String())
+	if s.peers != nil {
+		url, err := advertiseURL(s.cfg.Cluster.AdvertiseURL, ln.Addr().String())
+		if err == nil {
+			err = s.peers.register(ctx, url)
+		}
+		if err != nil {
+			ln.Close()
+			if admin != nil {
+				admin.Close()
+			}
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
 
 	// Sessions live on base, not on ctx: a stopping server closes them itself, with the code
 	// that tells clients to reconnect elsewhere, before their I/O is cut.
@@ -504,7 +522,11 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}()
 	ws := websocket.New(base, websocket.Config{ConnectTimeout: s.cfg.ConnectTimeout, PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}, deps, s, s)
-	events := sse.New(base, sse.Config{PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}, deps, s, s)
+	sseCfg := sse.Config{PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}
+	if s.peers != nil {
+		sseCfg.Node, sseCfg.Peers = s.peers.id, s.peers.nodes
+	}
+	events := sse.New(base, sseCfg, deps, s, s)
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/ws", ws)
