@@ -2,11 +2,11 @@ package server
 
 import (
 	"context"
-	"net"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
