@@ -48,6 +48,10 @@ var ErrBusy = errors.New("channel: fan-out queue full")
 // ErrHubClosed is what Publish returns once Close has begun.
 var ErrHubClosed = errors.New("channel: hub closed")
 
+// ErrBroker wraps the broker's failure to give a position: the publication or subscription
+// took none and may be retried (a shared broker's Redis did not answer).
+var ErrBroker = errors.New("channel: the broker did not answer")
+
 // BusyError is Publish's refusal when the fan-out queue stayed full.
 type BusyError struct {
 	Channel  string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -317,7 +318,7 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 	pos, err := h.broker.Next(channel)
 	if err != nil {
 		q.unreserve(cost)
-		return stream.Position{}, err
+		return stream.Position{}, fmt.Errorf("%w: %w", ErrBroker, err)
 	}
 	h.published.Add(1)
 	if h.cfg.Remote != nil {

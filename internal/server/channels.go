@@ -90,6 +90,8 @@ func clientError(err error) error {
 	case errors.As(err, &busy):
 		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: fmt.Sprintf(
 			"the node is handing publications to subscribers more slowly than they are published (the fan-out queue stayed full for %s); retry with backoff, or publish less often", busy.Waited)}
+	case errors.Is(err, channel.ErrBroker):
+		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: "the channel broker (the nodes' shared Redis) did not answer, and the publication took no position; retry with backoff"}
 	case errors.Is(err, channel.ErrHubClosed):
 		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: "the node is shutting down; publish to another node or retry"}
 	}

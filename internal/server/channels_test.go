@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ func TestClientErrorForRefusedPublications(t *testing.T) {
 	}{
 		{fmt.Errorf("publish: %w", &channel.BusyError{Channel: "rooms/1", Waited: 10 * time.Second, Queued: 32, MaxQueue: 32}), wire.CodeUnavailable, 503},
 		{channel.ErrHubClosed, wire.CodeUnavailable, 503},
+		{fmt.Errorf("%w: %w", channel.ErrBroker, errors.New("dial tcp: connection refused")), wire.CodeUnavailable, 503},
 		{&channel.Error{Reason: channel.ReasonBadName, Value: "a//b"}, wire.CodeBadFrame, 400},
 	} {
 		we, ok := wire.AsError(clientError(tt.err))
