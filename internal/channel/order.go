@@ -42,7 +42,10 @@ type sequence struct {
 	epoch string
 	next  uint64 // the offset to hand on next; 0 until the channel has a starting point
 	held  map[uint64]held
-	timer *time.Timer // armed while held is not empty
+	// want is the last offset the broker had given when Verify asked: offsets up to it must
+	// arrive within the wait, or are reported lost, even with nothing after them.
+	want  uint64
+	timer *time.Timer // armed while held is not empty, or want is not reached
 }
 
 type held struct {
@@ -84,12 +87,14 @@ func (h *Hub) sequenceLocked(st *state, q *queue, m *stream.Message, cost int) {
 	sq := &st.seq
 	off := m.Pos.Offset
 	switch {
-	case sq.next == 0 || m.Pos.Epoch != sq.epoch:
-		// The first publication this node sees of the channel, or a new epoch (the stream
-		// restarted: its subscribers are told by the epoch itself). What was held for the old
-		// epoch will never be completed.
-		h.flushHeldLocked(st, q, false)
+	case sq.next == 0:
+		// The first publication this node sees of the channel.
 		sq.epoch, sq.next = m.Pos.Epoch, off
+	case m.Pos.Epoch != sq.epoch:
+		// The stream restarted (the broker lost it): what was published in the old epoch after
+		// what this node handed on is gone, and positions start again.
+		h.resetLocked(st, q, m.Pos.Epoch, off-1)
+		sq.next = off
 	case off < sq.next:
 		q.unreserve(cost)
 		h.late.Add(1)
@@ -118,6 +123,51 @@ func (h *Hub) sequenceLocked(st *state, q *queue, m *stream.Message, cost int) {
 	h.drainLocked(st, q)
 }
 
+// resetLocked moves the channel to a new epoch: what was held in the old one is handed on,
+// and the channel's subscribers are told that the old epoch from what this node handed on, to
+// last in the new one, is lost (stream_reset).
+func (h *Hub) resetLocked(st *state, q *queue, epoch string, last uint64) {
+	sq := &st.seq
+	h.flushHeldLocked(st, q, true)
+	h.gapLocked(st, q, stream.Gap{First: stream.ChannelPosition(sq.epoch, sq.next), Last: stream.ChannelPosition(epoch, last),
+		Reason: stream.ReasonStreamReset})
+	sq.epoch, sq.next, sq.want = epoch, last+1, 0
+}
+
+// Verify asks the broker for the head of every channel this node hands on, and makes sure
+// each offset up to it arrives within the order wait, or is reported lost: for a loss on the
+// way between nodes with nothing published after it (the cluster node calls it when the bus
+// reports one). A channel whose epoch changed is reset at once. It makes one broker call per
+// channel.
+func (h *Hub) Verify() {
+	h.chMu.RLock()
+	names := make([]string, 0, len(h.channels))
+	for name := range h.channels {
+		names = append(names, name)
+	}
+	h.chMu.RUnlock()
+	for _, name := range names {
+		st := h.acquire(name)
+		st.mu.Lock()
+		sq := &st.seq
+		if sq.next != 0 {
+			if head, err := h.broker.Head(name); err == nil {
+				switch {
+				case head.Epoch != sq.epoch:
+					h.resetLocked(st, h.shard(name), head.Epoch, head.Offset)
+				case head.Offset >= sq.next:
+					sq.want = max(sq.want, head.Offset)
+					if sq.timer == nil {
+						sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
+					}
+				}
+			}
+		}
+		h.release(st)
+		st.mu.Unlock()
+	}
+}
+
 // drainLocked hands on the held publications that are now next in line.
 func (h *Hub) drainLocked(st *state, q *queue) {
 	sq := &st.seq
@@ -130,7 +180,10 @@ func (h *Hub) drainLocked(st *state, q *queue) {
 		h.handLocked(st, q, hd.m, hd.cost)
 		sq.next++
 	}
-	if len(sq.held) == 0 && sq.timer != nil {
+	if sq.want < sq.next {
+		sq.want = 0
+	}
+	if len(sq.held) == 0 && sq.want == 0 && sq.timer != nil {
 		sq.timer.Stop()
 		sq.timer = nil
 	}
@@ -153,7 +206,7 @@ func (h *Hub) flushHeldLocked(st *state, q *queue, gap bool) {
 		hd := sq.held[off]
 		delete(sq.held, off)
 		if gap && off > sq.next {
-			h.gapLocked(st, q, sq.epoch, sq.next, off-1)
+			h.lostLocked(st, q, sq.next, off-1)
 		}
 		h.handLocked(st, q, hd.m, hd.cost)
 		sq.next = off + 1
@@ -170,26 +223,34 @@ func (h *Hub) expire(st *state) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	defer h.release(st)
-	st.seq.timer = nil
-	if len(st.seq.held) == 0 {
-		return
+	sq := &st.seq
+	sq.timer = nil
+	q := h.shard(st.name)
+	h.flushHeldLocked(st, q, true)
+	if sq.want >= sq.next && sq.next != 0 {
+		h.lostLocked(st, q, sq.next, sq.want)
+		sq.next = sq.want + 1
 	}
-	h.flushHeldLocked(st, h.shard(st.name), true)
+	sq.want = 0
 }
 
-// gapLocked tells the channel's subscriptions on this node, whatever their event filter, that
-// offsets first to last of epoch did not reach this node.
-func (h *Hub) gapLocked(st *state, q *queue, epoch string, first, last uint64) {
+// lostLocked tells the channel's subscriptions on this node that offsets first to last of
+// the current epoch did not reach it.
+func (h *Hub) lostLocked(st *state, q *queue, first, last uint64) {
 	h.gaps.Add(1)
+	h.gapLocked(st, q, stream.Gap{First: stream.ChannelPosition(st.seq.epoch, first), Last: stream.ChannelPosition(st.seq.epoch, last),
+		Lost: last - first + 1, Reason: stream.ReasonUpstreamGap})
+}
+
+// gapLocked hands g to the channel's subscriptions on this node, whatever their event filter.
+func (h *Hub) gapLocked(st *state, q *queue, g stream.Gap) {
 	ts := h.collect(st, st.name, "", true)
 	if len(*ts) == 0 {
 		h.targets.Put(ts)
 		return
 	}
-	it := stream.NewGap(&stream.Gap{First: stream.ChannelPosition(epoch, first), Last: stream.ChannelPosition(epoch, last),
-		Lost: last - first + 1, Reason: stream.ReasonUpstreamGap})
 	q.force(jobBytes)
-	q.push(job{it: it, subs: ts, bytes: jobBytes}, jobBytes)
+	q.push(job{it: stream.NewGap(&g), subs: ts, bytes: jobBytes}, jobBytes)
 }
 
 // handLocked queues m for the subscriptions it matches on this node, with the reservation of

@@ -213,3 +213,60 @@ func TestOrderPatternStartsAtFirstArrival(t *testing.T) {
 	deliver(t, b, fromA[1], fromA[2])
 	waitFor(t, b, rec, []string{"e1:2", "e1:3"})
 }
+
+func TestOrderTrailingLossFoundByVerify(t *testing.T) {
+	a, b, ra, _ := twoNodes(t, 20*time.Millisecond)
+	rec := &anyRecorder{}
+	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	mustPublish(t, a, "room/1", "", `1`)
+	mustPublish(t, a, "room/1", "", `2`)
+	fromA := ra.take()
+	deliver(t, b, fromA[0])
+	waitFor(t, b, rec, []string{"e1:1"})
+	// Offset 2 is lost and nothing is published after it: only asking the broker finds it.
+	b.Verify()
+	waitFor(t, b, rec, []string{"gap e1:2..e1:2 lost 1 upstream_gap"})
+	// And a Verify with nothing missing reports nothing.
+	mustPublish(t, b, "room/1", "", `3`)
+	waitFor(t, b, rec, []string{"e1:3"})
+	b.Verify()
+	time.Sleep(60 * time.Millisecond)
+	flush(t, b)
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("Verify with nothing missing reported %q", got)
+	}
+}
+
+func TestOrderEpochChangeIsAReset(t *testing.T) {
+	epochs := []string{"e1", "e2"}
+	var mu sync.Mutex
+	broker := NewMemoryBroker(MemoryBrokerConfig{NewEpoch: func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		e := epochs[0]
+		epochs = epochs[1:]
+		return e
+	}})
+	r := &captured{}
+	b, err := New(Config{Bus: bus.NewMemory(), Broker: broker, Remote: r, OrderWait: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	rec := &anyRecorder{}
+	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	mustPublish(t, b, "room/1", "", `1`)
+	waitFor(t, b, rec, []string{"e1:1"})
+	// The broker lost the stream (Redis restarted empty): the next publication is in a new
+	// epoch, and what the old one held after offset 1 is reported gone.
+	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e2", 1), Channel: "room/1", Data: []byte(`2`)})
+	waitFor(t, b, rec, []string{"gap e1:2..e2:0 lost 0 stream_reset", "e2:1"})
+}

@@ -28,6 +28,9 @@ type Hub interface {
 	// Deliver hands a publication another node took to this node's subscriptions, in offset
 	// order; an error means it could not, and it is reported lost.
 	Deliver(m *stream.Message) error
+	// Verify makes sure every offset each channel's broker has given reaches this node, or is
+	// reported lost: after a loss on the way, with nothing published after it.
+	Verify()
 }
 
 // Presence is this node's presence, as the receiving side needs it: it hands a join or leave
@@ -450,8 +453,9 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 		if n.cfg.Tables != nil {
 			n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
 		}
-		// A lost publication shows as a hole in its channel's offsets, reported once the next
-		// one arrives (channel.Hub's ordering).
+		// A lost publication is a hole in its channel's offsets: reported when the next one
+		// arrives, or, when none does, once Verify has asked the broker how far it went.
+		n.cfg.Hub.Verify()
 		return
 	}
 	if len(in.data) == 0 {

@@ -49,6 +49,7 @@ const beaconTTL = 6 * time.Second
 type hubRef struct{ h *channel.Hub }
 
 func (r *hubRef) Deliver(m *stream.Message) error { return r.h.Deliver(m) }
+func (r *hubRef) Verify()                         { r.h.Verify() }
 
 func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
 	id := cfg.NodeID
