@@ -62,6 +62,10 @@
 // filter. An exact subscription starts after the last offset the node handed on (the
 // broker's head when the node holds the channel for the first time), so what is on its way
 // reaches it; a pattern takes each channel from the first publication of it that arrives.
+// A publication in a new epoch (the shared broker lost the stream) is a gap of reason
+// stream_reset from the old epoch's next offset. Verify, which the cluster node runs when the
+// bus between nodes reports a loss, asks the broker for each held channel's head, so a lost
+// publication with nothing after it is reported too, once the order wait passes without it.
 // The order state lives in the channel's state, under state.mu; its one timer (time.AfterFunc)
 // takes state.mu like a publish, and is stopped when the state is forgotten.
 //
