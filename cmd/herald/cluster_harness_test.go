@@ -726,6 +726,59 @@ func (rt redisTarget) masters() ([]string, error) {
 	return out, nil
 }
 
+// redisDo runs one single-key command, following a Cluster's MOVED redirection.
+func redisDo(rt redisTarget, args ...string) (any, error) {
+	addr := rt.addrs[0]
+	for range 3 {
+		rc, err := dialResp(rt, addr)
+		if err != nil {
+			return nil, err
+		}
+		r, err := rc.do(args...)
+		rc.close()
+		var re respError
+		if errors.As(err, &re) && strings.HasPrefix(string(re), "MOVED ") {
+			if f := strings.Fields(string(re)); len(f) == 3 {
+				addr = f[2]
+				continue
+			}
+		}
+		return r, err
+	}
+	return nil, fmt.Errorf("redis: %s: redirected too often", args[0])
+}
+
+// countRedisPrefix counts the keys under prefix, on every master.
+func countRedisPrefix(rt redisTarget, prefix string) (int, error) {
+	masters, err := rt.masters()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, addr := range masters {
+		rc, err := dialResp(rt, addr)
+		if err != nil {
+			return 0, err
+		}
+		cursor := "0"
+		for {
+			r, err := rc.do("SCAN", cursor, "MATCH", prefix+"*", "COUNT", "1000")
+			parts, _ := r.([]any)
+			if err != nil || len(parts) != 2 {
+				rc.close()
+				return 0, fmt.Errorf("SCAN at %s: %v %v", addr, r, err)
+			}
+			keys, _ := parts[1].([]any)
+			n += len(keys)
+			if cursor, _ = parts[0].(string); cursor == "0" {
+				break
+			}
+		}
+		rc.close()
+	}
+	return n, nil
+}
+
 // cleanRedisPrefix deletes every key under prefix, on every master: a test's nodes leave their
 // interest, positions, presence and streams behind when they are killed.
 func cleanRedisPrefix(t *testing.T, url, prefix string) {

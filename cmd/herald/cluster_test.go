@@ -27,9 +27,30 @@ var bigLanes = []string{"HERALD_LIMITS_DATA_LANE_FRAMES=100000", "HERALD_LIMITS_
 
 // TestClusterHarness checks the harness: three nodes configured for a shared Redis start and
 // answer /readyz, and /metrics; one killed with SIGKILL is gone while the others stay ready;
-// the test's own redis-server comes back empty from a restart, which TestClusterRedisRestart
-// counts on.
+// a test's keys are deleted from Redis and from every master of the Cluster; the test's own
+// redis-server comes back empty from a restart, which TestClusterRedisRestart counts on.
 func TestClusterHarness(t *testing.T) {
+	redisVariants(t, func(t *testing.T, url string) {
+		rt, err := parseRedisURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := "herald-mn-" + randHex(6)
+		// Hash tags spread the keys over a Cluster's slots, so every master holds some.
+		for i := range 32 {
+			if _, err := redisDo(rt, "SET", fmt.Sprintf("%s:{%d}:k", prefix, i), "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n, err := countRedisPrefix(rt, prefix); err != nil || n != 32 {
+			t.Fatalf("keys under the prefix: %d %v, want 32", n, err)
+		}
+		cleanRedisPrefix(t, url, prefix)
+		if n, err := countRedisPrefix(rt, prefix); err != nil || n != 0 {
+			t.Fatalf("keys under the prefix after the cleanup: %d %v, want 0", n, err)
+		}
+	})
+
 	c := startCluster(t, clusterConfig{RedisURL: testenv.RedisURL(t)})
 	for _, n := range c.nodes {
 		if _, ok := n.mustMetrics(t).sum("herald_sessions", nil); !ok {
