@@ -70,15 +70,13 @@ func TestClusterHarness(t *testing.T) {
 	}
 
 	r := startRedisServer(t)
-	rt := redisTarget{addrs: []string{strings.TrimPrefix(strings.TrimSuffix(r.url(), "/0"), "redis://")}}
-	rc, err := dialResp(rt, rt.addrs[0])
+	rt, err := parseRedisURL(r.url())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rc.do("SET", "k", "v"); err != nil {
+	if _, err := redisDo(rt, "SET", "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	rc.close()
 	if n := r.dbsize(t); n != 1 {
 		t.Fatalf("own redis-server holds %d keys, want 1", n)
 	}
@@ -100,7 +98,6 @@ func TestClusterChannelBroadcast(t *testing.T) {
 
 func testChannelBroadcast(t *testing.T, redisURL string, nodes int) {
 	c := startCluster(t, clusterConfig{Nodes: nodes, RedisURL: redisURL, Env: bigLanes})
-	at := c.at
 	ns := "bc-" + randHex(4)
 	channel := ns + "/room"
 
@@ -112,7 +109,7 @@ func testChannelBroadcast(t *testing.T, redisURL string, nodes int) {
 	var starts []client.Position
 	for i := 1; i <= 3; i++ {
 		who := fmt.Sprintf("subscriber on node%d", i)
-		conn := c.dial(t, at(i), fmt.Sprintf("sub%d", i))
+		conn := c.dial(t, c.at(i), fmt.Sprintf("sub%d", i))
 		rec := record(who, conn)
 		starts = append(starts, subscribe(t, who, conn, client.Subscription{Sub: "c", Channel: channel}))
 		subs = append(subs, subscriber{who, "c", rec})
@@ -129,13 +126,13 @@ func testChannelBroadcast(t *testing.T, redisURL string, nodes int) {
 	}
 
 	l := newLedger()
-	pub2, pub3 := c.dial(t, at(2), "pub2"), c.dial(t, at(3), "pub3")
+	pub2, pub3 := c.dial(t, c.at(2), "pub2"), c.dial(t, c.at(3), "pub3")
 	publishers := []struct {
 		name string
 		do   func(ctx context.Context, data []byte) (client.Position, error)
 	}{
 		{"api@node2", func(ctx context.Context, d []byte) (client.Position, error) {
-			return c.publishAPI(ctx, at(2), channel, d)
+			return c.publishAPI(ctx, c.at(2), channel, d)
 		}},
 		{"client@node2", func(ctx context.Context, d []byte) (client.Position, error) {
 			return pub2.Publish(ctx, client.Publication{Channel: channel, Data: d})
@@ -306,7 +303,6 @@ func testTableChanges(t *testing.T, redisURL string, nodes int) {
 		`ALTER TABLE items REPLICA IDENTITY FULL`)
 	c := startCluster(t, clusterConfig{Nodes: nodes, RedisURL: redisURL, Database: db,
 		Tables: []string{"public.items"}, FullIdentity: []string{"public.items"}, Env: bigLanes})
-	at := c.at
 
 	type subscriber struct {
 		who, sub string
@@ -318,7 +314,7 @@ func testTableChanges(t *testing.T, redisURL string, nodes int) {
 	var subs []subscriber
 	for i := 1; i <= 3; i++ {
 		who := fmt.Sprintf("node%d", i)
-		conn := c.dial(t, at(i), who)
+		conn := c.dial(t, c.at(i), who)
 		rec := record(who, conn)
 		subscribe(t, who, conn, client.Subscription{Sub: "all", Table: "public.items"})
 		subscribe(t, who, conn, client.Subscription{Sub: "a", Table: "public.items", Filter: json.RawMessage(`{"eq":["owner","a"]}`)})
