@@ -175,6 +175,9 @@ func (c *cluster) newNode(i int) *node {
 			n.env = append(n.env, "HERALD_CHANGEFEED_FULL_IDENTITY_TABLES="+strings.Join(c.cfg.FullIdentity, ","))
 		}
 	}
+	if level := os.Getenv("HERALD_TEST_CLUSTER_LOG_LEVEL"); level != "" {
+		n.env = append(n.env, "HERALD_LOG_LEVEL="+level)
+	}
 	n.env = append(n.env, c.cfg.Env...)
 	return n
 }
