@@ -34,6 +34,7 @@ import (
 	"github.com/heraldrt/herald/client"
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/testenv"
+	"github.com/jackc/pgx/v5"
 )
 
 // Bounds of the harness's waits. They bound a hang; none is a timing assertion.
@@ -110,8 +111,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 	}
 	c.policy = clusterPolicyFile(t, cfg.Tables...)
 	if cfg.Database != "" {
-		// The slot is unique to the test's own database, which testenv drops with its slots
-		// once the nodes are gone (its cleanup was registered first, so it runs last).
+		// The slot is named after the test's own database, unique among tests running at once.
 		c.slot = testenv.SlotName(t, cfg.Database)
 		c.pubName = "herald_mn_" + randHex(4)
 	}
@@ -127,6 +127,9 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 			}
 		}
 		cleanRedisPrefix(t, cfg.RedisURL, c.prefix)
+		if cfg.Database != "" {
+			dropSlot(t, cfg.Database, c.slot)
+		}
 	})
 	for i := range cfg.Nodes {
 		n := c.newNode(i + 1)
@@ -193,6 +196,33 @@ func (n *node) start(t *testing.T) {
 	done := make(chan error, 1)
 	n.cmd, n.done = cmd, done
 	go func() { done <- cmd.Wait() }()
+}
+
+// dropSlot drops the cluster's replication slot once its nodes are gone: a slot left behind
+// holds WAL on the shared Postgres for good. Killed nodes' walsenders may outlive them for a
+// moment, so it ends them first. (testenv drops the database's slots too, with the database.)
+func dropSlot(t *testing.T, url, slot string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Logf("drop slot %s: %v", slot, err)
+		return
+	}
+	defer conn.Close(context.Background())
+	for {
+		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+		if err == nil {
+			_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		}
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Logf("drop slot %s: %v", slot, err)
+	}
 }
 
 // exited reports whether the process has ended, and how.
