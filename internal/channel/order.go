@@ -46,6 +46,18 @@ type sequence struct {
 	// arrive within the wait, or are reported lost, even with nothing after them.
 	want  uint64
 	timer *time.Timer // armed while held is not empty, or want is not reached
+	// retired are the epochs the channel left here, newest first: a publication of one that
+	// arrives late lies inside the reset's gap, and must not move the channel back.
+	retired [4]string
+}
+
+func (sq *sequence) isRetired(epoch string) bool {
+	for _, e := range sq.retired {
+		if e == epoch {
+			return true
+		}
+	}
+	return false
 }
 
 type held struct {
@@ -90,6 +102,10 @@ func (h *Hub) sequenceLocked(st *state, q *queue, m *stream.Message, cost int) {
 	case sq.next == 0:
 		// The first publication this node sees of the channel.
 		sq.epoch, sq.next = m.Pos.Epoch, off
+	case m.Pos.Epoch != sq.epoch && sq.isRetired(m.Pos.Epoch):
+		q.unreserve(cost)
+		h.late.Add(1)
+		return
 	case m.Pos.Epoch != sq.epoch:
 		// The stream restarted (the broker lost it): what was published in the old epoch after
 		// what this node handed on is gone, and positions start again.
@@ -131,6 +147,8 @@ func (h *Hub) resetLocked(st *state, q *queue, epoch string, last uint64) {
 	h.flushHeldLocked(st, q, true)
 	h.gapLocked(st, q, stream.Gap{First: stream.ChannelPosition(sq.epoch, sq.next), Last: stream.ChannelPosition(epoch, last),
 		Reason: stream.ReasonStreamReset})
+	copy(sq.retired[1:], sq.retired[:len(sq.retired)-1])
+	sq.retired[0] = sq.epoch
 	sq.epoch, sq.next, sq.want = epoch, last+1, 0
 }
 

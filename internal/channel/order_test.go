@@ -269,4 +269,9 @@ func TestOrderEpochChangeIsAReset(t *testing.T) {
 	// epoch, and what the old one held after offset 1 is reported gone.
 	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e2", 1), Channel: "room/1", Data: []byte(`2`)})
 	waitFor(t, b, rec, []string{"gap e1:2..e2:0 lost 0 stream_reset", "e2:1"})
+	// A publication of the old epoch arriving late lies inside that gap: it is dropped, and
+	// the channel stays in the new epoch.
+	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e1", 2), Channel: "room/1", Data: []byte(`late`)})
+	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e2", 2), Channel: "room/1", Data: []byte(`3`)})
+	waitFor(t, b, rec, []string{"e2:2"})
 }

@@ -92,6 +92,8 @@ type Node struct {
 	out *queue[outItem] // publications and presence events to route, in the order they were made
 	in  *queue[inbound] // payloads received
 
+	renewNow chan struct{} // one token: renew at once (the bus reported a loss: Redis may have lost the rows too)
+
 	cache  map[string]*ownerCache // owned by the publication router goroutine
 	tcache map[string]*ownerCache // owned by Replicate's caller, the changefeed's sink goroutine
 
@@ -162,11 +164,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	return &Node{
 		cfg: cfg, log: cfg.Logger,
-		held:   map[string]*owned{},
-		out:    newQueue[outItem](cfg.QueueItems, cfg.QueueBytes),
-		in:     newQueue[inbound](cfg.QueueItems, cfg.QueueBytes),
-		cache:  map[string]*ownerCache{},
-		tcache: map[string]*ownerCache{},
+		held:     map[string]*owned{},
+		renewNow: make(chan struct{}, 1),
+		out:      newQueue[outItem](cfg.QueueItems, cfg.QueueBytes),
+		in:       newQueue[inbound](cfg.QueueItems, cfg.QueueBytes),
+		cache:    map[string]*ownerCache{},
+		tcache:   map[string]*ownerCache{},
 	}, nil
 }
 
@@ -251,9 +254,14 @@ func (n *Node) Receive(from string, data []byte) {
 	}
 }
 
-// Gap queues the transport's report that payloads from node from were lost.
+// Gap queues the transport's report that payloads from node from were lost, and has this
+// node's rows checked at once: a Redis that lost a stream may have lost them too.
 func (n *Node) Gap(from string, reason GapReason) {
 	n.in.force(inbound{from: from, gap: reason})
+	select {
+	case n.renewNow <- struct{}{}:
+	default:
+	}
 }
 
 func kindOf(data []byte) int {
@@ -520,6 +528,7 @@ func (n *Node) renewLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-n.renewNow:
 		}
 		n.renew(ctx)
 	}
@@ -536,9 +545,17 @@ func (n *Node) renew(ctx context.Context) {
 		owners[o] = rows
 	}
 	n.mu.Unlock()
+	channels := false
+	defer func() {
+		if channels {
+			// What was published while the rows were missing did not come here.
+			n.cfg.Hub.Verify()
+		}
+	}()
 	for o, rows := range owners {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 		have, err := n.cfg.Interest.Refresh(cctx, o, n.cfg.Node)
+		n.log.Debug("cluster: renew", slog.String("owner", o), slog.Int("have", have), slog.Int("want", len(rows)), slog.Any("err", err))
 		if err == nil && have < len(rows) {
 			n.log.Warn("cluster: this node's subscriptions had expired in Redis; filing them again", slog.String("owner", o),
 				slog.Int("held", have), slog.Int("want", len(rows)))
@@ -550,6 +567,7 @@ func (n *Node) renew(ctx context.Context) {
 			if o[0] == 't' && n.cfg.Tables != nil {
 				n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
 			}
+			channels = channels || o[0] == 'c'
 		}
 		cancel()
 		if err != nil && ctx.Err() == nil {

@@ -303,6 +303,11 @@ func (r *Router) GapAll(first, last stream.Position, reason stream.Reason) {
 	it := stream.NewGap(&stream.Gap{First: first, Last: last, Reason: reason})
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// What comes later at or before last lies inside the gap: the subscribers re-read past it.
+	// A subscription attached later starts after it.
+	if last.LSN > r.head {
+		r.head = last.LSN
+	}
 	for _, t := range r.tables {
 		t.each(func(e *entry) {
 			r.bus.Deliver(e.target, e.sub, it)

@@ -205,7 +205,11 @@ func (t *tables) Stale(reason stream.Reason) {
 	last := head
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if end, err := t.walEnd(ctx); err == nil && end > last {
+	end, err := t.walEnd(ctx)
+	if err == nil && end <= head {
+		return // nothing committed after what was routed here: nothing can be lost
+	}
+	if err == nil {
 		last = end
 	}
 	t.router.GapAll(stream.TablePosition(head, 0), stream.TablePosition(last, 0), reason)
