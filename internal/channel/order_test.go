@@ -90,6 +90,17 @@ func deliver(t *testing.T, h *Hub, ms ...*stream.Message) {
 	}
 }
 
+// subscribe subscribes rec to pattern and event on h until the test ends, and returns the head.
+func subscribe(t *testing.T, h *Hub, rec *anyRecorder, sub, pattern, event string) stream.Position {
+	t.Helper()
+	head, unsub, err := h.Subscribe(rec, sub, mustPattern(t, pattern, event))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unsub)
+	return head
+}
+
 func waitFor(t *testing.T, h *Hub, r *anyRecorder, want []string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -110,11 +121,7 @@ func waitFor(t *testing.T, h *Hub, r *anyRecorder, want []string) {
 func TestOrderAcrossNodes(t *testing.T) {
 	a, b, ra, _ := twoNodes(t, time.Hour)
 	rec := &anyRecorder{}
-	head, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsub()
+	head := subscribe(t, b, rec, "s", "room/1", "")
 	if head.String() != "e1:0" {
 		t.Fatalf("head = %s, want e1:0", head)
 	}
@@ -144,11 +151,7 @@ func TestOrderAcrossNodes(t *testing.T) {
 func TestOrderHoleBecomesGap(t *testing.T) {
 	a, b, ra, _ := twoNodes(t, 20*time.Millisecond)
 	rec := &anyRecorder{}
-	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", "only-this-event"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsub()
+	subscribe(t, b, rec, "s", "room/1", "only-this-event")
 	for i := 0; i < 3; i++ {
 		if _, err := a.Publish("room/1", "only-this-event", []byte(`{}`)); err != nil {
 			t.Fatal(err)
@@ -172,11 +175,7 @@ func TestOrderHoleBecomesGap(t *testing.T) {
 func TestOrderSubscriberStartsAfterWhatTheNodeHandedOn(t *testing.T) {
 	a, b, ra, _ := twoNodes(t, time.Hour)
 	first := &anyRecorder{}
-	_, unsub, err := b.Subscribe(first, "s1", mustPattern(t, "room/1", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsub()
+	subscribe(t, b, first, "s1", "room/1", "")
 	mustPublish(t, a, "room/1", "", `1`)
 	mustPublish(t, a, "room/1", "", `2`)
 	fromA := ra.take()
@@ -185,11 +184,7 @@ func TestOrderSubscriberStartsAfterWhatTheNodeHandedOn(t *testing.T) {
 	// A second subscriber joins while offset 2 is on its way: it starts after 1, what this
 	// node handed on, not after the broker's head 2, so 2 reaches it.
 	second := &anyRecorder{}
-	head, unsub2, err := b.Subscribe(second, "s2", mustPattern(t, "room/1", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsub2()
+	head := subscribe(t, b, second, "s2", "room/1", "")
 	if head.String() != "e1:1" {
 		t.Fatalf("second head = %s, want e1:1", head)
 	}
@@ -201,11 +196,7 @@ func TestOrderSubscriberStartsAfterWhatTheNodeHandedOn(t *testing.T) {
 func TestOrderPatternStartsAtFirstArrival(t *testing.T) {
 	a, b, ra, _ := twoNodes(t, time.Hour)
 	rec := &anyRecorder{}
-	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/*", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsub()
+	subscribe(t, b, rec, "s", "room/*", "")
 	for i := 0; i < 3; i++ {
 		mustPublish(t, a, "room/7", "", `{}`)
 	}
@@ -217,11 +208,7 @@ func TestOrderPatternStartsAtFirstArrival(t *testing.T) {
 func TestOrderTrailingLossFoundByVerify(t *testing.T) {
 	a, b, ra, _ := twoNodes(t, 20*time.Millisecond)
 	rec := &anyRecorder{}
-	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsub()
+	subscribe(t, b, rec, "s", "room/1", "")
 	mustPublish(t, a, "room/1", "", `1`)
 	mustPublish(t, a, "room/1", "", `2`)
 	fromA := ra.take()
@@ -258,11 +245,7 @@ func TestOrderEpochChangeIsAReset(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	rec := &anyRecorder{}
-	_, unsub, err := b.Subscribe(rec, "s", mustPattern(t, "room/1", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unsub()
+	subscribe(t, b, rec, "s", "room/1", "")
 	mustPublish(t, b, "room/1", "", `1`)
 	waitFor(t, b, rec, []string{"e1:1"})
 	// The broker lost the stream (Redis restarted empty): the next publication is in a new

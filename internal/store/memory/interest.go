@@ -324,22 +324,29 @@ func (m *Interest) Rows(ctx context.Context, o string, tokens []string) ([]inter
 	return out, nil
 }
 
-// Generation returns o's generation.
-func (m *Interest) Generation(ctx context.Context, o string) (uint64, error) {
+// read runs f on owner o (nil when it has no state) under mu, after checking ctx and o: the
+// reads that create nothing.
+func read[T any](m *Interest, ctx context.Context, o string, f func(ow *owner, now time.Time) T) (T, error) {
+	var zero T
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return zero, err
 	}
 	if err := interest.CheckName("owner", o); err != nil {
-		return 0, err
+		return zero, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
 	ow := m.ownerLocked(o, now, false)
 	if ow == nil {
-		return 0, nil
+		return zero, nil
 	}
-	return ow.gen, nil
+	return f(ow, now), nil
+}
+
+// Generation returns o's generation.
+func (m *Interest) Generation(ctx context.Context, o string) (uint64, error) {
+	return read(m, ctx, o, func(ow *owner, _ time.Time) uint64 { return ow.gen })
 }
 
 // deadlineHeap orders an owner's sockets by deadline, each socket once; socket.idx is its place.
@@ -386,41 +393,18 @@ func (m *Interest) Stamp(ctx context.Context, o string, mark uint64) (uint64, er
 
 // Mark returns o's mark.
 func (m *Interest) Mark(ctx context.Context, o string) (uint64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	if err := interest.CheckName("owner", o); err != nil {
-		return 0, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ow := m.ownerLocked(o, m.now(), false)
-	if ow == nil {
-		return 0, nil
-	}
-	return ow.mark, nil
+	return read(m, ctx, o, func(ow *owner, _ time.Time) uint64 { return ow.mark })
 }
 
 // Sockets returns o's live sockets.
 func (m *Interest) Sockets(ctx context.Context, o string) ([]string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := interest.CheckName("owner", o); err != nil {
-		return nil, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.now()
-	ow := m.ownerLocked(o, now, false)
-	if ow == nil {
-		return nil, nil
-	}
-	var out []string
-	for name, s := range ow.sockets {
-		if len(s.subs) > 0 && !s.deadline.Before(now) {
-			out = append(out, name)
+	return read(m, ctx, o, func(ow *owner, now time.Time) []string {
+		var out []string
+		for name, s := range ow.sockets {
+			if len(s.subs) > 0 && !s.deadline.Before(now) {
+				out = append(out, name)
+			}
 		}
-	}
-	return out, nil
+		return out
+	})
 }
