@@ -179,12 +179,16 @@ func (n *Node) ID() string { return n.cfg.Node }
 // Watch files a subscription's interest under owner and token for identity, and returns the
 // function that removes it. It refuses past the identity's limit (too_many_subscriptions).
 func (n *Node) Watch(ctx context.Context, owner, token, identity string) (release func(), err error) {
+	sub := strconv.FormatUint(n.seq.Add(1), 36)
 	if identity == "" {
-		identity = "anonymous"
+		// Anonymous connections are not one identity: the limit per identity would make them
+		// share one budget across the cluster. Each counts alone (the per-connection limit still
+		// bounds them).
+		identity = "~" + n.cfg.Node + "/" + sub
 	}
 	// The node is the socket: its liveness is what the rows' deadlines follow, renewed once per
 	// owner for all of its subscriptions, and a subscription's own row goes when it ends.
-	r := interest.Row{Token: token, Socket: n.cfg.Node, Sub: strconv.FormatUint(n.seq.Add(1), 36), Identity: identity, Node: n.cfg.Node}
+	r := interest.Row{Token: token, Socket: n.cfg.Node, Sub: sub, Identity: identity, Node: n.cfg.Node}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
 	defer cancel()
 	if _, err := n.cfg.Interest.Add(ctx, owner, r); err != nil {
