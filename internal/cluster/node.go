@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -292,37 +293,84 @@ func (n *Node) Run(ctx context.Context) error {
 	return nil
 }
 
-// routeLoop routes this node's publications, a batch at a time: one generation read per owner
-// per batch, and the owner's rows read again only when its generation moved.
+// routeLoop routes this node's publications and presence events, a batch at a time: one probe
+// per owner per batch (its generation, and which of the batch's tokens anyone watches), and
+// the rows of a watched token read again only when the owner's generation moved.
 func (n *Node) routeLoop(ctx context.Context) {
 	for {
 		batch, ok := n.out.take()
 		if !ok {
 			return
 		}
-		gens := map[string]uint64{}
+		want := map[string][]string{} // owner -> the batch's tokens under it
 		for _, it := range batch {
-			if it.m != nil {
-				n.routeMessage(ctx, it.m, gens)
-			} else {
-				n.routePresence(ctx, it.pres, gens)
+			for _, ot := range it.interest() {
+				want[ot.owner] = append(want[ot.owner], ot.tokens...)
 			}
+		}
+		probes := map[string]*probe{}
+		for owner, tokens := range want {
+			probes[owner] = n.probe(ctx, owner, tokens)
+		}
+		for _, it := range batch {
+			n.routeItem(ctx, it, probes)
 		}
 		n.out.done(batch)
 	}
 }
 
-// routeMessage sends m to the nodes whose interest it hits. gens holds the generations read
-// for this batch: each owner's is read once per batch, after every offset in it was taken.
-func (n *Node) routeMessage(ctx context.Context, m *stream.Message, gens map[string]uint64) {
+// interest is the owners and tokens an item is routed by.
+func (it outItem) interest() []ownerTokens {
+	if it.m != nil {
+		ots := messageInterest(it.m.Channel)
+		return ots[:]
+	}
+	return []ownerTokens{{owner: "c:" + firstSegment(it.pres.Channel), tokens: []string{"x:" + it.pres.Channel}}}
+}
+
+// probe is what one probe of an owner said: its generation and the tokens anyone watches.
+type probe struct {
+	gen     uint64
+	watched map[string]bool
+	err     error
+}
+
+// probe asks the interest index about tokens of owner. It runs after every position in the
+// batch was taken, so a row filed before that is seen.
+func (n *Node) probe(ctx context.Context, owner string, tokens []string) *probe {
+	slices.Sort(tokens)
+	tokens = slices.Compact(tokens)
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	defer cancel()
+	gen, flags, err := n.cfg.Interest.Probe(cctx, owner, tokens)
+	return newProbe(gen, tokens, flags, err)
+}
+
+func newProbe(gen uint64, tokens []string, flags []bool, err error) *probe {
+	p := &probe{gen: gen, err: err, watched: map[string]bool{}}
+	for i, t := range tokens {
+		if err == nil && flags[i] {
+			p.watched[t] = true
+		}
+	}
+	return p
+}
+
+// routeItem sends a publication or presence event to the nodes whose interest it hits.
+func (n *Node) routeItem(ctx context.Context, it outItem, probes map[string]*probe) {
+	kind := KindChannel
+	if it.pres != nil {
+		kind = KindPresence
+	}
 	var data []byte
 	sent := map[string]bool{}
-	for _, ot := range messageInterest(m.Channel) {
-		nodes, err := n.nodesFor(ctx, n.cache, gens, ot.owner, ot.tokens)
+	for _, ot := range it.interest() {
+		nodes, err := n.nodesFor(ctx, n.cache, ot.owner, probes[ot.owner], ot.tokens)
 		if err != nil {
-			// The receivers see the hole in the channel's offsets and report it.
-			n.stats.dropped[KindChannel].Add(1)
-			n.log.Warn("cluster: route a publication", slog.String("channel", m.Channel), slog.Any("err", err))
+			// A lost publication is a hole the receivers report; a lost presence event, a
+			// stale roster until the member's next change.
+			n.stats.dropped[kind].Add(1)
+			n.log.Warn("cluster: route an item", slog.String("owner", ot.owner), slog.Any("err", err))
 			return
 		}
 		for _, node := range nodes {
@@ -330,64 +378,33 @@ func (n *Node) routeMessage(ctx context.Context, m *stream.Message, gens map[str
 				continue
 			}
 			if data == nil {
-				if data, err = encodeMessage(m); err != nil {
-					n.log.Error("cluster: encode a publication", slog.Any("err", err))
+				if it.m != nil {
+					data, err = encodeMessage(it.m)
+				} else {
+					data, err = encodePresence(it.pres.Channel, it.pres.Kind, it.pres.Member)
+				}
+				if err != nil {
+					n.log.Error("cluster: encode an item", slog.Any("err", err))
 					return
 				}
 			}
 			sent[node] = true
 			n.cfg.Transport.Send(node, data)
-			n.stats.sent[KindChannel].Add(1)
+			n.stats.sent[kind].Add(1)
 		}
 	}
 }
 
-// routePresence sends a presence event to the nodes holding its channel exactly.
-func (n *Node) routePresence(ctx context.Context, p *wirePresence, gens map[string]uint64) {
-	nodes, err := n.nodesFor(ctx, n.cache, gens, "c:"+firstSegment(p.Channel), []string{"x:" + p.Channel})
-	if err != nil {
-		n.stats.dropped[KindPresence].Add(1)
-		n.log.Warn("cluster: route a presence event", slog.String("channel", p.Channel), slog.Any("err", err))
-		return
+// nodesFor returns the nodes holding a row under any of tokens of owner, by what p (a probe or
+// a stamp of the owner) said: only watched tokens are looked at, from the cache when it holds
+// them at p's generation, else from the index.
+func (n *Node) nodesFor(ctx context.Context, cache map[string]*ownerCache, owner string, p *probe, tokens []string) ([]string, error) {
+	if p.err != nil {
+		return nil, p.err
 	}
-	var data []byte
-	for _, node := range nodes {
-		if node == n.cfg.Node {
-			continue
-		}
-		if data == nil {
-			if data, err = encodePresence(p.Channel, p.Kind, p.Member); err != nil {
-				n.log.Error("cluster: encode a presence event", slog.Any("err", err))
-				return
-			}
-		}
-		n.cfg.Transport.Send(node, data)
-		n.stats.sent[KindPresence].Add(1)
-	}
-}
-
-// nodesFor returns the nodes holding a row under any of tokens of owner. The generation is
-// read after the item's position was taken (a publication's offset, a transaction's stamp),
-// so a row added before that is in what it returns.
-func (n *Node) nodesFor(ctx context.Context, cache map[string]*ownerCache, gens map[string]uint64, owner string, tokens []string) ([]string, error) {
-	cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
-	defer cancel()
-	gen, ok := gens[owner]
-	if !ok {
-		var err error
-		if gen, err = n.cfg.Interest.Generation(cctx, owner); err != nil {
-			return nil, err
-		}
-		gens[owner] = gen
-	}
-	return n.nodesAt(cctx, cache, owner, gen, tokens)
-}
-
-// nodesAt is nodesFor once the owner's generation is known.
-func (n *Node) nodesAt(ctx context.Context, cache map[string]*ownerCache, owner string, gen uint64, tokens []string) ([]string, error) {
 	c := cache[owner]
-	if c == nil || c.gen != gen {
-		c = &ownerCache{gen: gen, nodes: map[string][]string{}}
+	if c == nil || c.gen != p.gen {
+		c = &ownerCache{gen: p.gen, nodes: map[string][]string{}}
 		cache[owner] = c
 		if len(cache) > maxCachedOwners {
 			for o := range cache {
@@ -400,13 +417,15 @@ func (n *Node) nodesAt(ctx context.Context, cache map[string]*ownerCache, owner 
 	}
 	var missing []string
 	for _, t := range tokens {
-		if _, ok := c.nodes[t]; !ok {
+		if _, ok := c.nodes[t]; !ok && p.watched[t] {
 			missing = append(missing, t)
 		}
 	}
 	if len(missing) > 0 {
 		n.stats.lookups.Add(1)
-		rows, err := n.cfg.Interest.Rows(ctx, owner, missing)
+		cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+		rows, err := n.cfg.Interest.Rows(cctx, owner, missing)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
@@ -430,7 +449,8 @@ func (n *Node) nodesAt(ctx context.Context, cache map[string]*ownerCache, owner 
 	return out, nil
 }
 
-// maxCachedOwners bounds the rows cache: past it an owner is let go at random.
+// maxCachedOwners bounds the rows cache: past it an owner is let go at random. Within an owner
+// the cache holds only watched tokens, so it is bounded by the subscriptions.
 const maxCachedOwners = 4096
 
 func contains(s []string, v string) bool {

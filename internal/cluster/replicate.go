@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/heraldrt/herald/internal/change"
 )
@@ -63,52 +64,68 @@ func (n *Node) routeTxn(ctx context.Context, txn *change.Txn, perNode map[string
 			}
 		}
 	}
-	var tokens []string
 	for table, idx := range byTable {
 		owner := TableOwner(table)
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
-		gen, err := n.cfg.Interest.Stamp(cctx, owner, uint64(txn.CommitLSN))
-		if err != nil {
-			cancel()
-			return fmt.Errorf("cluster: stamp %s at %s: %w", table, txn.CommitLSN, err)
-		}
-		if len(idx) == 0 {
-			// An overflow: every node holding the table.
-			nodes, err := n.cfg.Interest.Sockets(cctx, owner)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("cluster: route %s at %s: %w", table, txn.CommitLSN, err)
-			}
-			for _, node := range nodes {
-				if node != n.cfg.Node {
-					if _, ok := perNode[node]; !ok {
-						perNode[node] = []int{}
-					}
-				}
-			}
-			continue
-		}
-		for _, i := range idx {
-			var nodes []string
-			if tokens, err = n.cfg.Tables.Tokens(cctx, &txn.Events[i], tokens[:0]); err != nil {
-				// Without the table's types the change's tokens are unknown: it goes to every
-				// node that holds the table.
-				n.log.Warn("cluster: the types of a table are unknown; routing its change to every node that holds it", slog.String("table", table), slog.Any("err", err))
-				nodes, err = n.cfg.Interest.Sockets(cctx, owner)
-			} else {
-				nodes, err = n.nodesAt(cctx, n.tcache, owner, gen, tokens)
-			}
-			if err != nil {
-				cancel()
-				return fmt.Errorf("cluster: route %s at %s: %w", table, txn.CommitLSN, err)
-			}
-			for _, node := range nodes {
-				if node != n.cfg.Node {
-					perNode[node] = append(perNode[node], i)
-				}
-			}
-		}
+		err := n.routeTable(cctx, txn, table, owner, idx, perNode)
 		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// routeTable adds the events idx of one table (none: an overflow) to the nodes that need them.
+func (n *Node) routeTable(ctx context.Context, txn *change.Txn, table, owner string, idx []int, perNode map[string][]int) error {
+	// Each event's tokens, then one stamp for all of them: the owner's mark moves to this
+	// transaction before its rows are read.
+	tokens := make([][]string, len(idx))
+	var all []string
+	known := true
+	for k, i := range idx {
+		var err error
+		if tokens[k], err = n.cfg.Tables.Tokens(ctx, &txn.Events[i], nil); err != nil {
+			// Without the table's types the change's tokens are unknown: it goes to every
+			// node that holds the table.
+			n.log.Warn("cluster: the types of a table are unknown; routing its change to every node that holds it", slog.String("table", table), slog.Any("err", err))
+			known = false
+		}
+		all = append(all, tokens[k]...)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	gen, flags, err := n.cfg.Interest.Stamp(ctx, owner, uint64(txn.CommitLSN), all)
+	if err != nil {
+		return fmt.Errorf("cluster: stamp %s at %s: %w", table, txn.CommitLSN, err)
+	}
+	if len(idx) == 0 || !known {
+		// An overflow, or tokens unknown: every node holding the table, with every event.
+		nodes, err := n.cfg.Interest.Sockets(ctx, owner)
+		if err != nil {
+			return fmt.Errorf("cluster: route %s at %s: %w", table, txn.CommitLSN, err)
+		}
+		for _, node := range nodes {
+			if node != n.cfg.Node {
+				perNode[node] = append(perNode[node], idx...)
+				if perNode[node] == nil {
+					perNode[node] = []int{}
+				}
+			}
+		}
+		return nil
+	}
+	p := newProbe(gen, all, flags, nil)
+	for k, i := range idx {
+		nodes, err := n.nodesFor(ctx, n.tcache, owner, p, tokens[k])
+		if err != nil {
+			return fmt.Errorf("cluster: route %s at %s: %w", table, txn.CommitLSN, err)
+		}
+		for _, node := range nodes {
+			if node != n.cfg.Node {
+				perNode[node] = append(perNode[node], i)
+			}
+		}
 	}
 	return nil
 }

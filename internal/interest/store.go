@@ -52,10 +52,14 @@ type Store interface {
 	Rows(ctx context.Context, owner string, tokens []string) ([]Row, error)
 	// Generation returns the owner's generation: 0 before its first change.
 	Generation(ctx context.Context, owner string) (uint64, error)
-	// Stamp raises the owner's mark to mark (it never lowers it) and returns the owner's
-	// generation, in one step: a producer stamps the position of what it is about to route
-	// before it reads the rows that routing goes to. The mark lives as long as the generation.
-	Stamp(ctx context.Context, owner string, mark uint64) (uint64, error)
+	// Probe returns the owner's generation and, for each token, whether any row is filed
+	// under it: the routing hot path, one command on Redis. Rows are read (and cached, by
+	// generation) only for the tokens it reports watched.
+	Probe(ctx context.Context, owner string, tokens []string) (gen uint64, watched []bool, err error)
+	// Stamp is Probe that first raises the owner's mark to mark (it never lowers it), in the
+	// same step: a producer stamps the position of what it is about to route before it reads
+	// where that goes. The mark lives as long as the generation.
+	Stamp(ctx context.Context, owner string, mark uint64, tokens []string) (gen uint64, watched []bool, err error)
 	// Sockets returns the sockets holding a live row under owner, in no particular order: for
 	// what must reach every holder of an owner whatever their tokens.
 	Sockets(ctx context.Context, owner string) ([]string, error)

@@ -372,23 +372,46 @@ func (h *deadlineHeap) Pop() any {
 	return s
 }
 
-// Stamp raises o's mark and returns its generation.
-func (m *Interest) Stamp(ctx context.Context, o string, mark uint64) (uint64, error) {
+// Probe returns o's generation and which of tokens are watched.
+func (m *Interest) Probe(ctx context.Context, o string, tokens []string) (uint64, []bool, error) {
+	return m.probe(ctx, o, 0, false, tokens)
+}
+
+// Stamp raises o's mark, then probes.
+func (m *Interest) Stamp(ctx context.Context, o string, mark uint64, tokens []string) (uint64, []bool, error) {
+	return m.probe(ctx, o, mark, true, tokens)
+}
+
+func (m *Interest) probe(ctx context.Context, o string, mark uint64, stamp bool, tokens []string) (uint64, []bool, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := interest.CheckName("owner", o); err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	for _, t := range tokens {
+		if err := interest.CheckToken(t); err != nil {
+			return 0, nil, err
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	ow := m.ownerLocked(o, now, true)
-	ow.mark = max(ow.mark, mark)
-	if until := now.Add(m.cfg.GenerationTTL); until.After(ow.genUntil) {
-		ow.genUntil = until
+	watched := make([]bool, len(tokens))
+	ow := m.ownerLocked(o, now, stamp)
+	if ow == nil {
+		return 0, watched, nil
 	}
-	return ow.gen, nil
+	if stamp {
+		ow.mark = max(ow.mark, mark)
+		if until := now.Add(m.cfg.GenerationTTL); until.After(ow.genUntil) {
+			ow.genUntil = until
+		}
+	}
+	for i, t := range tokens {
+		_, watched[i] = ow.tokens[t]
+	}
+	return ow.gen, watched, nil
 }
 
 // Mark returns o's mark.

@@ -19,7 +19,7 @@ type Interest struct {
 	c   *Client         // read-only
 	cfg interest.Config // read-only
 
-	add, remove, reap, refresh, rows, stamp, sockets *rueidis.Lua
+	add, remove, reap, refresh, rows, probe, sockets *rueidis.Lua
 }
 
 var _ interest.Store = (*Interest)(nil)
@@ -36,7 +36,7 @@ func NewInterest(c *Client, cfg interest.Config) (*Interest, error) {
 		reap:    rueidis.NewLuaScript(reapScript),
 		refresh: rueidis.NewLuaScript(refreshScript),
 		rows:    rueidis.NewLuaScript(rowsScript),
-		stamp:   rueidis.NewLuaScript(stampScript),
+		probe:   rueidis.NewLuaScript(probeScript),
 		sockets: rueidis.NewLuaScript(socketsScript),
 	}, nil
 }
@@ -226,18 +226,42 @@ func (s *Interest) Generation(ctx context.Context, owner string) (uint64, error)
 	return v, nil
 }
 
-// Stamp raises owner's mark and returns its generation: one script.
-func (s *Interest) Stamp(ctx context.Context, owner string, mark uint64) (uint64, error) {
+// Probe returns owner's generation and which of tokens are watched: one script.
+func (s *Interest) Probe(ctx context.Context, owner string, tokens []string) (uint64, []bool, error) {
+	return s.doProbe(ctx, owner, "0", 0, tokens)
+}
+
+// Stamp raises owner's mark, then probes, in the same script.
+func (s *Interest) Stamp(ctx context.Context, owner string, mark uint64, tokens []string) (uint64, []bool, error) {
+	return s.doProbe(ctx, owner, "1", mark, tokens)
+}
+
+func (s *Interest) doProbe(ctx context.Context, owner, stamp string, mark uint64, tokens []string) (uint64, []bool, error) {
 	if err := interest.CheckName("owner", owner); err != nil {
-		return 0, err
+		return 0, nil, err
+	}
+	args := make([]string, 0, 3+len(tokens))
+	args = append(args, stamp, fmt.Sprintf("%016x", mark), millis(s.cfg.GenerationTTL))
+	for _, t := range tokens {
+		if err := interest.CheckToken(t); err != nil {
+			return 0, nil, err
+		}
+		args = append(args, t)
 	}
 	tag := ownerTag(owner)
-	keys := []string{s.c.key("g", tag), s.c.key("m", tag)}
-	n, err := s.stamp.Exec(ctx, s.c.rc, keys, []string{fmt.Sprintf("%016x", mark), millis(s.cfg.GenerationTTL)}).AsInt64()
+	keys := []string{s.c.key("g", tag), s.c.key("m", tag), s.c.key("w", tag)}
+	v, err := s.probe.Exec(ctx, s.c.rc, keys, args).AsIntSlice()
 	if err != nil {
-		return 0, fmt.Errorf("interest stamp %s: %w", owner, err)
+		return 0, nil, fmt.Errorf("interest probe %s: %w", owner, err)
 	}
-	return uint64(n), nil
+	if len(v) != 1+len(tokens) {
+		return 0, nil, fmt.Errorf("interest probe %s: %d answers for %d tokens", owner, len(v)-1, len(tokens))
+	}
+	watched := make([]bool, len(tokens))
+	for i := range tokens {
+		watched[i] = v[1+i] == 1
+	}
+	return uint64(v[0]), watched, nil
 }
 
 // Mark returns owner's mark.

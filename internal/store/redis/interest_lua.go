@@ -155,16 +155,23 @@ end
 return out
 `
 
-// KEYS: G M. ARGV: mark (16 hex digits, so string order is number order) gttl. Raises the mark
-// and returns the generation.
-const stampScript = `
-local cur = redis.call('GET', KEYS[2])
-if not cur or ARGV[1] > cur then
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-else
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+// KEYS: G M W. ARGV: stamp (1 or 0), mark (16 hex digits, so string order is number order),
+// gttl, token... Raises the mark when stamp is 1, and returns the generation, then 1 or 0 for
+// each token: watched or not.
+const probeScript = `
+if ARGV[1] == '1' then
+  local cur = redis.call('GET', KEYS[2])
+  if not cur or ARGV[2] > cur then
+    redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  else
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
 end
-return tonumber(redis.call('GET', KEYS[1]) or '0')
+local out = {tonumber(redis.call('GET', KEYS[1]) or '0')}
+for i = 4, #ARGV do
+  out[#out + 1] = redis.call('SISMEMBER', KEYS[3], ARGV[i])
+end
+return out
 `
 
 // KEYS: L. Returns the sockets whose deadline has not passed, by the server's clock.

@@ -51,7 +51,7 @@ func TestKeyLayout(t *testing.T) {
 					t.Fatalf("Add under %q: %v", o, err)
 				}
 			}
-			if _, err := in.Stamp(ctx, o, 42); err != nil {
+			if _, _, err := in.Stamp(ctx, o, 42, []string{"a"}); err != nil {
 				t.Fatalf("Stamp under %q: %v", o, err)
 			}
 		}

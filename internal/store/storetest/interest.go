@@ -402,24 +402,33 @@ func RunInterest(t *testing.T, newStore NewInterest) {
 		}
 	})
 
-	t.Run("a stamp only raises the mark, and answers the generation", func(t *testing.T) {
+	t.Run("a probe answers the generation and which tokens are watched; a stamp only raises the mark", func(t *testing.T) {
 		k := mk(t, interest.Config{})
 		ctx := context.Background()
+		if g, w, err := k.s.Probe(ctx, "o", []string{"a", "b"}); err != nil || g != 0 || fmt.Sprint(w) != "[false false]" {
+			t.Fatalf("Probe of an owner with no state = %d, %v, %v; want 0, [false false]", g, w, err)
+		}
 		if m, err := k.s.Mark(ctx, "o"); err != nil || m != 0 {
 			t.Fatalf("Mark before any stamp = %d, %v; want 0", m, err)
 		}
-		g := k.add("o", row("t", "s", "1", "alice"))
+		g := k.add("o", row("a", "s", "1", "alice"))
+		if got, w, err := k.s.Probe(ctx, "o", []string{"b", "a", ""}); err != nil || got != g || fmt.Sprint(w) != "[false true false]" {
+			t.Fatalf("Probe = %d, %v, %v; want %d, [false true false]", got, w, err, g)
+		}
 		for _, st := range []struct{ stamp, want uint64 }{{0x10, 0x10}, {0x0f, 0x10}, {1 << 40, 1 << 40}, {0xffff_ffff_ffff_fff0, 0xffff_ffff_ffff_fff0}} {
-			got, err := k.s.Stamp(ctx, "o", st.stamp)
-			if err != nil || got != g {
-				t.Fatalf("Stamp(%#x) = %d, %v; want the generation %d", st.stamp, got, err, g)
+			got, w, err := k.s.Stamp(ctx, "o", st.stamp, []string{"a"})
+			if err != nil || got != g || fmt.Sprint(w) != "[true]" {
+				t.Fatalf("Stamp(%#x) = %d, %v, %v; want the generation %d, [true]", st.stamp, got, w, err, g)
 			}
 			if m, err := k.s.Mark(ctx, "o"); err != nil || m != st.want {
 				t.Fatalf("Mark after Stamp(%#x) = %#x, %v; want %#x", st.stamp, m, err, st.want)
 			}
 		}
-		if g2 := k.add("o", row("t", "s", "2", "alice")); g2 == g {
+		if g2 := k.add("o", row("b", "s", "2", "alice")); g2 == g {
 			t.Fatal("Add after stamps did not move the generation")
+		}
+		if _, _, err := k.s.Probe(ctx, "o", []string{"x\x00y"}); !errors.Is(err, interest.ErrBadArgument) {
+			t.Fatalf("Probe of a token with NUL = %v, want ErrBadArgument", err)
 		}
 	})
 
