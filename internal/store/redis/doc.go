@@ -54,8 +54,9 @@
 // cap. Sweep claims, elects (node ids compared byte by byte, whatever the server's locale),
 // expires and writes the leader's roster in one script, so two claims at one instant never both
 // lead, and each expired member is returned to one node.
-// The routing hot path reads one owner generation (a GET) per owner per batch, and the rows of
-// its tokens (one script) only when the generation moved.
+// The routing hot path is one script per owner per batch, Interest.Probe (or Stamp): the
+// owner's generation and which tokens are watched; the rows of watched tokens (one script) are
+// read only when the generation moved.
 //
 // # Concurrency and lifecycle
 //
