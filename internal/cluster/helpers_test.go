@@ -294,3 +294,46 @@ func rowsOf(t *testing.T, s interest.Store, owner string, tokens ...string) []st
 func message(ch string, offset uint64, data string) *stream.Message {
 	return &stream.Message{Pos: stream.ChannelPosition("ep1", offset), Channel: ch, Event: "ev", Data: []byte(data)}
 }
+
+// spyStore is an interest.Store that logs the calls the fan-out's ordering rests on, can fail
+// Stamp, and can run a function inside the next Refresh, before it reaches the store.
+type spyStore struct {
+	interest.Store
+	calls *calls
+
+	mu        sync.Mutex
+	stampErr  error  // guarded by mu
+	onRefresh func() // guarded by mu; run once
+}
+
+func (s *spyStore) Stamp(ctx context.Context, owner string, mark uint64) (uint64, error) {
+	s.calls.add("stamp %s %d", owner, mark)
+	s.mu.Lock()
+	err := s.stampErr
+	s.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return s.Store.Stamp(ctx, owner, mark)
+}
+
+func (s *spyStore) Rows(ctx context.Context, owner string, tokens []string) ([]interest.Row, error) {
+	s.calls.add("rows %s", owner)
+	return s.Store.Rows(ctx, owner, tokens)
+}
+
+func (s *spyStore) Sockets(ctx context.Context, owner string) ([]string, error) {
+	s.calls.add("sockets %s", owner)
+	return s.Store.Sockets(ctx, owner)
+}
+
+func (s *spyStore) Refresh(ctx context.Context, owner, socket string) (int, error) {
+	s.mu.Lock()
+	f := s.onRefresh
+	s.onRefresh = nil
+	s.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return s.Store.Refresh(ctx, owner, socket)
+}

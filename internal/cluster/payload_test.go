@@ -203,7 +203,9 @@ func decodeTxnErr(b []byte) error  { _, err := decodeTxn(b); return err }
 // that the test allocates little.
 func TestDecodeTxnAtTheBound(t *testing.T) {
 	const max = 8
-	in := func(n int) []byte { return fmt.Appendf(nil, `{"lsn":"0/1","n":%d,"ev":[{"i":%d,"op":"insert","table":"t"}]}`, n, n) }
+	in := func(n int) []byte {
+		return fmt.Appendf(nil, `{"lsn":"0/1","n":%d,"ev":[{"i":%d,"op":"insert","table":"t"}]}`, n, n)
+	}
 	txn, err := decodeTxnAtMost(in(max), max)
 	if err != nil {
 		t.Fatalf("a transaction of %d events at a bound of %d: %v", max, max, err)
