@@ -303,6 +303,7 @@ type spyStore struct {
 
 	mu        sync.Mutex
 	stampErr  error  // guarded by mu
+	rowsErr   error  // guarded by mu
 	onRefresh func() // guarded by mu; run once
 }
 
@@ -319,6 +320,12 @@ func (s *spyStore) Stamp(ctx context.Context, owner string, mark uint64) (uint64
 
 func (s *spyStore) Rows(ctx context.Context, owner string, tokens []string) ([]interest.Row, error) {
 	s.calls.add("rows %s", owner)
+	s.mu.Lock()
+	err := s.rowsErr
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	return s.Store.Rows(ctx, owner, tokens)
 }
 

@@ -201,6 +201,46 @@ func TestRowsCache(t *testing.T) {
 	}
 }
 
+// TestRouteStoreFails checks that what cannot be routed for want of the interest store is
+// dropped and counted, and that the next batch reads the store again.
+func TestRouteStoreFails(t *testing.T) {
+	w := newWorld(t)
+	spy := &spyStore{Store: w.store, calls: &calls{}, rowsErr: errors.New("redis down")}
+	a, b := w.node(t, "A", func(c *Config) { c.Interest = spy }), w.node(t, "B", nil)
+	run(t, a.Node)
+	watchChannel(t, b.Node, "a/b")
+	a.Forward(message("a/b", 1, `1`))
+	a.Relay("a/b", stream.PresenceJoin, stream.Member{ID: "m"})
+	routed(t, a.Node)
+	if s := a.Stats(); s.Dropped != [kinds]uint64{1, 0, 1} || w.tr.total() != 0 {
+		t.Fatalf("dropped %v, %d sent; want [1 0 1] and none", s.Dropped, w.tr.total())
+	}
+	spy.mu.Lock()
+	spy.rowsErr = nil
+	spy.mu.Unlock()
+	a.Forward(message("a/b", 2, `2`))
+	routed(t, a.Node)
+	if got := decodeAll(t, w.tr.to("B")); len(got) != 1 || got[0].Pos.Offset != 2 {
+		t.Fatalf("sent %v to B, want the second publication", got)
+	}
+}
+
+// TestRowsCacheBound checks that the rows cache lets owners go past maxCachedOwners.
+func TestRowsCacheBound(t *testing.T) {
+	w := newWorld(t)
+	a := w.node(t, "A", nil)
+	run(t, a.Node)
+	for i := range maxCachedOwners + 10 {
+		a.Forward(message(fmt.Sprintf("ns%d/x", i), 1, `1`))
+	}
+	routed(t, a.Node)
+	// routed read the queue under its lock after the router's last done: the cache is
+	// quiet and its writes are visible here.
+	if n := len(a.cache); n > maxCachedOwners {
+		t.Fatalf("%d owners cached, want at most %d", n, maxCachedOwners)
+	}
+}
+
 func TestRelayToExactHolders(t *testing.T) {
 	w := newWorld(t)
 	a, b, c := w.node(t, "A", nil), w.node(t, "B", nil), w.node(t, "C", nil)
