@@ -569,10 +569,14 @@ func (n *Node) renew(ctx context.Context) {
 		owners[o] = rows
 	}
 	n.mu.Unlock()
-	channels := false
+	var tables, channels bool
 	defer func() {
+		// What was routed while the rows were missing did not come here. Told once, after
+		// every owner's rows are back, so what is routed after it reaches this node.
+		if tables && n.cfg.Tables != nil {
+			n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
+		}
 		if channels {
-			// What was published while the rows were missing did not come here.
 			n.cfg.Hub.Verify()
 		}
 	}()
@@ -581,17 +585,32 @@ func (n *Node) renew(ctx context.Context) {
 		have, err := n.cfg.Interest.Refresh(cctx, o, n.cfg.Node)
 		n.log.Debug("cluster: renew", slog.String("owner", o), slog.Int("have", have), slog.Int("want", len(rows)), slog.Any("err", err))
 		if err == nil && have < len(rows) {
-			n.log.Warn("cluster: this node's subscriptions had expired in Redis; filing them again", slog.String("owner", o),
-				slog.Int("held", have), slog.Int("want", len(rows)))
+			// Fewer rows than the snapshot: the store lost some, or a subscription was released
+			// since the snapshot. Filing a row again tells them apart: the store had lost it
+			// only if the Add takes it and the row is still held after the Add (a release
+			// stops holding it before it removes it).
+			lost := 0
 			for _, r := range rows {
-				if _, aerr := n.cfg.Interest.Add(cctx, o, r); aerr != nil && !isDuplicate(aerr) {
+				_, aerr := n.cfg.Interest.Add(cctx, o, r)
+				switch {
+				case aerr == nil && n.holds(o, r.Sub):
+					lost++
+				case aerr == nil:
+					// Released meanwhile, and its release's Remove may have come before this
+					// Add: take the row away again, or it would stay as long as this node lives.
+					if _, rerr := n.cfg.Interest.Remove(cctx, o, n.cfg.Node, r.Sub); rerr != nil && !isNotFound(rerr) {
+						err = rerr
+					}
+				case !isDuplicate(aerr):
 					err = aerr
 				}
 			}
-			if o[0] == 't' && n.cfg.Tables != nil {
-				n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
+			if lost > 0 {
+				n.log.Warn("cluster: this node's subscriptions had expired in Redis; filed them again", slog.String("owner", o),
+					slog.Int("lost", lost), slog.Int("held", len(rows)))
+				tables = tables || o[0] == 't'
+				channels = channels || o[0] == 'c'
 			}
-			channels = channels || o[0] == 'c'
 		}
 		cancel()
 		if err != nil && ctx.Err() == nil {
@@ -600,9 +619,25 @@ func (n *Node) renew(ctx context.Context) {
 	}
 }
 
-func isDuplicate(err error) bool {
+// holds reports whether this node still holds subscription sub under owner.
+func (n *Node) holds(owner, sub string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	o := n.held[owner]
+	if o == nil {
+		return false
+	}
+	_, ok := o.rows[sub]
+	return ok
+}
+
+func isDuplicate(err error) bool { return isFault(err, fault.CodeDuplicateSubscription) }
+
+func isNotFound(err error) bool { return isFault(err, fault.CodeNotFound) }
+
+func isFault(err error, code fault.Code) bool {
 	var fe *fault.Error
-	return errors.As(err, &fe) && fe.Code == fault.CodeDuplicateSubscription
+	return errors.As(err, &fe) && fe.Code == code
 }
 
 // Stats is a snapshot of a node's counters.

@@ -1,0 +1,45 @@
+// Package cluster is a node's share of the cross-node fan-out when many nodes share a Redis:
+// it files the interest of the node's subscriptions, routes the node's publications and
+// presence events and, on the replicator, each committed transaction to the nodes whose
+// interest they hit, and hands what other nodes send it to its hub, router and presence, in
+// order. A publication or transaction lost on the way is reported as a gap. It declares the
+// Transport, Hub, Tables and Presence it uses.
+//
+// # Interest
+//
+// A subscription files one row in the interest store (interest.Store) under an owner and a
+// token: ChannelInterest names them for a channel pattern; a table's owner is TableOwner, its
+// token the router's. The node is the socket of all its rows: Watch files a row, the function
+// it returns removes it, and the node renews its rows every Config.RowTTL/4, filing again
+// what the store lost and telling the subscriptions that depended on it.
+//
+// # Goroutines
+//
+// Node.Run owns three, and returns once they have ended:
+//
+//   - the router of publications and presence events: one, so a channel's publications leave
+//     in the order their offsets were taken. Per batch it reads each owner's generation once,
+//     and the rows of a token again only when the generation moved.
+//   - the receiver: one, so what a node sent is handed on in the order it was sent.
+//   - the renewer of rows: every RowTTL/4, and at once when the transport reports a loss.
+//
+// Replicate runs on its caller's goroutine, the changefeed's sink, with a rows cache of its
+// own, and returns once the transport holds what it sent.
+//
+// # Bounds
+//
+// The queue of what waits to be routed and the queue of what was received are each bounded
+// by Config.QueueItems and Config.QueueBytes (default 16384 items and 16 MiB); an empty queue
+// takes any one item. Past a bound an item is dropped and counted (Stats.Dropped): a dropped
+// publication is a hole in its channel's offsets, which the receiving nodes report; a dropped
+// received payload is reported as a gap from its sender, after what the queue held, as the
+// transport's own losses are (Node.Gap); a dropped presence event leaves other nodes' rosters stale until the member's
+// next change. Each rows cache holds at most 4096 owners, and a received transaction may claim
+// at most 1<<24 events.
+//
+// # Payloads
+//
+// One payload per item and destination node: a kind byte ('m' publication, 't' transaction,
+// 'p' presence event), then JSON. A transaction carries only the events the destination's
+// interest hits, each with its index in the whole transaction, so positions are kept.
+package cluster

@@ -1,0 +1,311 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/interest"
+)
+
+// replication is a world whose node R replicates, its interest store spied on, and nodes that
+// watch tables: B orders whose id is 1, C every order, D every item, E items whose id is 6.
+type replication struct {
+	*world
+	r   *peer
+	spy *spyStore
+}
+
+func newReplication(t *testing.T) *replication {
+	t.Helper()
+	w := newWorld(t)
+	spy := &spyStore{Store: w.store, calls: w.calls}
+	rp := &replication{world: w, spy: spy, r: w.node(t, "R", func(c *Config) { c.Interest = spy })}
+	for _, wt := range []struct{ node, table, token string }{
+		{"B", "public.orders", "k:id=1"},
+		{"C", "public.orders", "*"},
+		{"D", "public.items", "*"},
+		{"E", "public.items", "k:id=6"},
+		{"R", "public.orders", "*"}, // the replicator's own: routed by its own router
+	} {
+		n := rp.r.Node
+		if wt.node != "R" {
+			n = w.node(t, wt.node, nil).Node
+		}
+		if _, err := n.Watch(context.Background(), TableOwner(wt.table), wt.token, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rp
+}
+
+// txnsTo decodes what was sent to node.
+func (rp *replication) txnsTo(t *testing.T, node string) []*change.Txn {
+	t.Helper()
+	var out []*change.Txn
+	for _, b := range rp.tr.to(node) {
+		if len(b) == 0 || b[0] != kindTxn {
+			t.Fatalf("payload %q to %s is not a transaction", b, node)
+		}
+		txn, err := decodeTxn(b[1:])
+		if err != nil {
+			t.Fatalf("payload %q to %s: %v", b, node, err)
+		}
+		out = append(out, txn)
+	}
+	return out
+}
+
+// only returns txn with the events outside idx replaced by the placeholders a receiver sees.
+func only(txn *change.Txn, idx ...int) *change.Txn {
+	c := *txn
+	c.Events = slices.Clone(txn.Events)
+	for i := range c.Events {
+		if !slices.Contains(idx, i) {
+			c.Events[i] = change.Event{Op: change.Message}
+		}
+	}
+	return &c
+}
+
+func (rp *replication) mark(t *testing.T, table string) change.LSN {
+	t.Helper()
+	m, err := rp.store.Mark(context.Background(), TableOwner(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return change.LSN(m)
+}
+
+func TestReplicate(t *testing.T) {
+	rp := newReplication(t)
+	rp.calls.log = nil // from here on
+	txn := testTxn()
+	if err := rp.r.Replicate(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+
+	// Each node gets the events its interest hits, at their indexes.
+	want := map[string][]*change.Txn{
+		"B": {only(txn, 0)},    // orders with id 1
+		"C": {only(txn, 0, 3)}, // every order
+		"D": {only(txn, 1)},    // every item
+	}
+	for _, node := range []string{"B", "C", "D", "E", "R"} {
+		if diff := cmp.Diff(want[node], rp.txnsTo(t, node)); diff != "" {
+			t.Errorf("sent to %s (-want +got):\n%s", node, diff)
+		}
+	}
+	for _, table := range []string{"public.orders", "public.items"} {
+		if got := rp.mark(t, table); got != txn.CommitLSN {
+			t.Errorf("mark of %s: %s, want the commit LSN %s", table, got, txn.CommitLSN)
+		}
+	}
+	if got := rp.r.tables.txns(); len(got) != 1 || got[0] != txn {
+		t.Errorf("the local router accepted %v, want the whole transaction", got)
+	}
+
+	// Per table, the stamp comes before the rows are read; everything is sent before the
+	// local router has it, and flushed once after.
+	calls := rp.calls.all()
+	at := func(prefix string) int {
+		i := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, prefix) })
+		if i < 0 {
+			t.Fatalf("no call %q in %q", prefix, calls)
+		}
+		return i
+	}
+	lastAt := func(prefix string) int {
+		i := -1
+		for j, c := range calls {
+			if strings.HasPrefix(c, prefix) {
+				i = j
+			}
+		}
+		return i
+	}
+	for _, owner := range []string{"t:public.orders", "t:public.items"} {
+		if at("stamp "+owner) > at("rows "+owner) {
+			t.Errorf("%s: rows read before the stamp: %q", owner, calls)
+		}
+	}
+	if !(lastAt("send ") < at("accept ") && at("accept ") < at("flush")) || rp.tr.flushCount() != 1 {
+		t.Errorf("calls %q: want the sends, then the local accept, then one flush", calls)
+	}
+	if s := rp.r.Stats(); s.Sent[KindTable] != 3 {
+		t.Errorf("sent %d transactions, want 3", s.Sent[KindTable])
+	}
+
+	// A second transaction with no interest changed reads no rows: the generation it stamped
+	// is the one cached.
+	lookups := rp.r.Stats().Lookups
+	txn2 := testTxn()
+	txn2.CommitLSN += 0x100
+	if err := rp.r.Replicate(context.Background(), txn2); err != nil {
+		t.Fatal(err)
+	}
+	if got := rp.r.Stats().Lookups; got != lookups {
+		t.Errorf("%d lookups after a second transaction, want still %d", got, lookups)
+	}
+	if got := rp.mark(t, "public.orders"); got != txn2.CommitLSN {
+		t.Errorf("mark %s, want %s", got, txn2.CommitLSN)
+	}
+	if n := len(rp.tr.to("C")); n != 2 {
+		t.Errorf("sent %d transactions to C, want 2", n)
+	}
+}
+
+func TestReplicateSeesNewInterest(t *testing.T) {
+	rp := newReplication(t)
+	if err := rp.r.Replicate(context.Background(), testTxn()); err != nil {
+		t.Fatal(err)
+	}
+	// E subscribes to the item changed: the generation moved, so the next transaction finds
+	// its row.
+	if _, err := rp.r.cfg.Interest.Add(context.Background(), TableOwner("public.items"),
+		rowOf("E", "k:id=5")); err != nil {
+		t.Fatal(err)
+	}
+	txn2 := testTxn()
+	txn2.CommitLSN += 0x100
+	if err := rp.r.Replicate(context.Background(), txn2); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]*change.Txn{only(txn2, 1)}, rp.txnsTo(t, "E")); diff != "" {
+		t.Errorf("sent to E (-want +got):\n%s", diff)
+	}
+}
+
+func TestReplicateOverflow(t *testing.T) {
+	rp := newReplication(t)
+	rp.calls.log = nil
+	txn := &change.Txn{XID: 5, CommitLSN: 0x500, EndLSN: 0x540, Transactional: true,
+		Overflow: &change.Overflow{Tables: map[string]int{"public.orders": 3, "public.nobody": 1}, Changes: 4}}
+	if err := rp.r.Replicate(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+	// Every node holding an overflowed table hears of it, whatever its tokens.
+	want := &change.Txn{XID: 5, CommitLSN: 0x500, EndLSN: 0x540, Transactional: true, Overflow: txn.Overflow, Events: []change.Event{}}
+	for _, node := range []string{"B", "C"} {
+		if diff := cmp.Diff([]*change.Txn{want}, rp.txnsTo(t, node)); diff != "" {
+			t.Errorf("sent to %s (-want +got):\n%s", node, diff)
+		}
+	}
+	for _, node := range []string{"D", "E", "R"} {
+		if n := len(rp.tr.to(node)); n != 0 {
+			t.Errorf("sent %d payloads to %s, which holds no table the overflow names", n, node)
+		}
+	}
+	calls := rp.calls.all()
+	if i, j := slices.Index(calls, "stamp t:public.orders 1280"), slices.Index(calls, "sockets t:public.orders"); i < 0 || j < i {
+		t.Errorf("calls %q: want the stamp, then the sockets", calls)
+	}
+	if got := rp.mark(t, "public.nobody"); got != txn.CommitLSN {
+		t.Errorf("mark of a table nobody holds: %s, want %s", got, txn.CommitLSN)
+	}
+	if rp.tr.flushCount() != 1 || len(rp.r.tables.txns()) != 1 {
+		t.Errorf("%d flushes, %d local accepts; want 1 and 1", rp.tr.flushCount(), len(rp.r.tables.txns()))
+	}
+}
+
+// TestReplicateNothingToSend checks that a transaction no other node wants is routed here and
+// not flushed: there is nothing to wait for.
+func TestReplicateNothingToSend(t *testing.T) {
+	rp := newReplication(t)
+	rp.calls.log = nil
+	txn := testTxn()
+	for i := range txn.Events {
+		if txn.Events[i].Table != "" {
+			txn.Events[i].Table = "public.nobody"
+		}
+	}
+	if err := rp.r.Replicate(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+	if n, f := rp.tr.total(), rp.tr.flushCount(); n != 0 || f != 0 {
+		t.Errorf("%d sends, %d flushes; want none", n, f)
+	}
+	if len(rp.r.tables.txns()) != 1 {
+		t.Error("the local router was not handed the transaction")
+	}
+	if got := rp.mark(t, "public.nobody"); got != txn.CommitLSN {
+		t.Errorf("mark %s, want %s", got, txn.CommitLSN)
+	}
+}
+
+// TestReplicateUnknownTokens checks that a change whose tokens the router cannot name goes to
+// every node that holds its table.
+func TestReplicateUnknownTokens(t *testing.T) {
+	rp := newReplication(t)
+	rp.r.tables.tokens = func(e *change.Event) ([]string, error) {
+		return []string{"*"}, errors.New("no schema")
+	}
+	txn := testTxn()
+	if err := rp.r.Replicate(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]*change.Txn{
+		"B": {only(txn, 0, 3)},
+		"C": {only(txn, 0, 3)},
+		"D": {only(txn, 1)},
+		"E": {only(txn, 1)},
+	}
+	for _, node := range []string{"B", "C", "D", "E", "R"} {
+		if diff := cmp.Diff(want[node], rp.txnsTo(t, node)); diff != "" {
+			t.Errorf("sent to %s (-want +got):\n%s", node, diff)
+		}
+	}
+}
+
+// TestReplicateFails checks that each failure fails Replicate, so the changefeed does not
+// confirm the transaction.
+func TestReplicateFails(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name       string
+		edit       func(rp *replication)
+		sends      bool // whether anything was sent before the failure
+		accepted   bool
+		wantFlushs int
+	}{
+		{"stamp", func(rp *replication) { rp.spy.stampErr = boom }, false, false, 0},
+		{"flush", func(rp *replication) { rp.tr.flushErr = boom }, true, true, 1},
+		{"local router", func(rp *replication) { rp.r.tables.acceptErr = boom }, true, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rp := newReplication(t)
+			tc.edit(rp)
+			err := rp.r.Replicate(context.Background(), testTxn())
+			if !errors.Is(err, boom) {
+				t.Fatalf("Replicate = %v, want it to wrap %v", err, boom)
+			}
+			if got := rp.tr.total() > 0; got != tc.sends {
+				t.Errorf("sent: %v, want %v", got, tc.sends)
+			}
+			if got := len(rp.r.tables.txns()) > 0; got != tc.accepted {
+				t.Errorf("accepted locally: %v, want %v", got, tc.accepted)
+			}
+			if got := rp.tr.flushCount(); got != tc.wantFlushs {
+				t.Errorf("%d flushes, want %d", got, tc.wantFlushs)
+			}
+		})
+	}
+}
+
+func TestReplicateWithoutTables(t *testing.T) {
+	w := newWorld(t)
+	r := w.node(t, "R", func(c *Config) { c.Tables = nil })
+	if err := r.Replicate(context.Background(), testTxn()); err == nil {
+		t.Fatal("Replicate without tables succeeded")
+	}
+}
+
+// rowOf is a row a node files for token, as Watch would.
+func rowOf(node, token string) interest.Row {
+	return interest.Row{Token: token, Socket: node, Sub: "x" + token, Identity: "alice", Node: node}
+}
