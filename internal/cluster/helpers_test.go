@@ -307,15 +307,15 @@ type spyStore struct {
 	onRefresh func() // guarded by mu; run once
 }
 
-func (s *spyStore) Stamp(ctx context.Context, owner string, mark uint64) (uint64, error) {
+func (s *spyStore) Stamp(ctx context.Context, owner string, mark uint64, tokens []string) (uint64, []bool, error) {
 	s.calls.add("stamp %s %d", owner, mark)
 	s.mu.Lock()
 	err := s.stampErr
 	s.mu.Unlock()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return s.Store.Stamp(ctx, owner, mark)
+	return s.Store.Stamp(ctx, owner, mark, tokens)
 }
 
 func (s *spyStore) Rows(ctx context.Context, owner string, tokens []string) ([]interest.Row, error) {
