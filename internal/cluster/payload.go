@@ -112,8 +112,10 @@ func encodeTxn(txn *change.Txn, idx []int) ([]byte, error) {
 }
 
 // maxTxnEvents bounds the events a decoded transaction may claim, so a corrupt payload cannot
-// make a node allocate without bound.
-const maxTxnEvents = 1 << 24
+// make a node allocate without bound (a placeholder is a few hundred bytes). A transaction
+// with more changes than this is past any max_txn_bytes that fits in memory (at the 256 MiB
+// default, 4M changes would be 64 bytes each): the changefeed sends it as an overflow.
+const maxTxnEvents = 1 << 22
 
 // decodeTxn rebuilds the transaction with its events at their indexes; the events the sender
 // left out (other tables) are empty messages, which the router skips.
