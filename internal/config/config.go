@@ -189,6 +189,10 @@ type ChangefeedSection struct {
 	MaxTxnBytes Size `yaml:"max_txn_bytes"`
 	// QueueTxns bounds the committed transactions waiting to be delivered.
 	QueueTxns int `yaml:"queue_txns"`
+	// HistoryBytes and HistoryAge bound what the node keeps of the changes it routed, so a
+	// table subscription resuming from a position inside it is handed what it missed.
+	HistoryBytes Size          `yaml:"history_bytes"`
+	HistoryAge   time.Duration `yaml:"history_age"`
 }
 
 // Default returns the configuration of a single node with every default set: in-memory stores,
@@ -237,6 +241,8 @@ func Default() *Config {
 			SilenceTimeout: 30 * time.Second,
 			MaxTxnBytes:    256 * MiB,
 			QueueTxns:      64,
+			HistoryBytes:   64 * MiB,
+			HistoryAge:     10 * time.Minute,
 		},
 		PolicySection: PolicySection{
 			MaxCost: policy.DefaultMaxCost,

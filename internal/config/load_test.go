@@ -109,6 +109,8 @@ changefeed:
   silence_timeout: 20s
   max_txn_bytes: 1GiB
   queue_txns: 8
+  history_bytes: 32MiB
+  history_age: 5m
 policy:
   max_cost: 500
   tables:
@@ -175,6 +177,8 @@ func fullConfig() *Config {
 			SilenceTimeout:     20 * time.Second,
 			MaxTxnBytes:        GiB,
 			QueueTxns:          8,
+			HistoryBytes:       32 * MiB,
+			HistoryAge:         5 * time.Minute,
 		},
 		PolicySection: PolicySection{
 			MaxCost: 500,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/filter"
@@ -40,6 +41,9 @@ func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 	}
 	// The writers the transaction fed wake now, each to all of its changes at once.
 	rt.wakes.Wake()
+	if r.hist != nil {
+		r.hist.append(txn, time.Now(), r.streams)
+	}
 	if err := r.bus.Flush(ctx); err != nil {
 		return fmt.Errorf("router: flush transaction %s to the bus: %w", txn.CommitLSN, err)
 	}

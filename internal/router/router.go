@@ -113,6 +113,9 @@ type Config struct {
 	Tables []string
 	// Bus carries the items to subscribers. Required.
 	Bus Bus
+	// History, when set, keeps what was routed so a subscription with a from inside it is
+	// handed what it missed. Nil: a from before the head is a history_expired resync.
+	History *History
 }
 
 // Router routes committed changes to table subscriptions.
@@ -128,6 +131,7 @@ type Router struct {
 	gen    uint64            // guarded by mu: the routing generation, which dedupes candidates
 	rt     routing           // guarded by mu: Accept's scratch space, reused
 	live   bool              // guarded by mu: the stream has gone live (Seed or Accept)
+	hist   *History          // nil: none; its fields are guarded by mu
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets
@@ -146,7 +150,7 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Bus == nil {
 		return nil, fmt.Errorf("router: no bus")
 	}
-	r := &Router{schema: cfg.Schema, bus: cfg.Bus, gate: cfg.Gate, tables: map[string]*table{}}
+	r := &Router{schema: cfg.Schema, bus: cfg.Bus, gate: cfg.Gate, tables: map[string]*table{}, hist: cfg.History}
 	if len(cfg.Tables) > 0 {
 		r.allowed = map[string]bool{}
 		for _, t := range cfg.Tables {
@@ -202,6 +206,9 @@ func (r *Router) Seed(start change.LSN) {
 	if r.head == 0 && start > 0 {
 		r.head = start - 1
 	}
+	if r.hist != nil {
+		r.hist.seed(r.head)
+	}
 }
 
 // Live reports whether the stream has gone live (Seed or Accept): until then a subscription
@@ -229,6 +236,9 @@ type Request struct {
 	// Claims are the subscriber's verified claims, which the table's policy judges. nil reads
 	// as the anonymous identity's.
 	Claims *policy.Claims
+	// From, when set, is the position the subscription resumes after: when the history holds
+	// everything after it, the changes it missed are routed to it first (Subscription.Replayed).
+	From stream.Position
 }
 
 // Subscription is an attached table subscription as its client learns it.
@@ -245,6 +255,9 @@ type Subscription struct {
 	// Token is the interest token the subscription is filed under among nodes (see
 	// InterestToken).
 	Token string
+	// Replayed is set when the request's From was inside the history: the changes after it
+	// were routed to the subscription before any live one, and Head is From.
+	Replayed bool
 }
 
 // Interest tokens. Among many nodes, a table subscription is filed in the interest index
@@ -445,11 +458,15 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		r.tables[table] = t
 	}
 	t.add(e, types)
-	head := r.head
+	head := stream.TablePosition(r.head, 0)
+	replayed := r.replayLocked(e, table, types, req.From)
+	if replayed {
+		head = req.From
+	}
 	r.mu.Unlock()
 
 	var once sync.Once
-	sub := Subscription{Head: stream.TablePosition(head, 0), Key: info.Key, Token: InterestToken(f)}
+	sub := Subscription{Head: head, Key: info.Key, Token: InterestToken(f), Replayed: replayed}
 	if tp != nil {
 		sub.Recheck = func(c *policy.Claims) error {
 			return r.recheck(tp, t, e, req, cols, visible, c, types)
@@ -465,6 +482,39 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 			r.mu.Unlock()
 		})
 	}, nil
+}
+
+// replayLocked routes the history after from to the new entry e of table, when the history
+// holds all of it, and reports whether it did. It runs under mu, right after e joined the
+// table, so the first live change it gets comes after the last replayed one.
+func (r *Router) replayLocked(e *entry, table string, types map[string]filter.Type, from stream.Position) bool {
+	if r.hist == nil || !from.IsTable() || from.LSN > r.head || !r.hist.covers(from.LSN) {
+		return false
+	}
+	// A table of e alone: the history's changes go through e's filter and policy exactly as
+	// live ones would, and reach nobody else.
+	solo := newTable()
+	solo.add(e, types)
+	rt := &r.rt
+	rt.r = r
+	r.hist.after(from.LSN, from.Idx, func(lsn change.LSN, h *histEvent) {
+		if h.ev.Table == table {
+			h.ev.LSN = lsn
+			rt.event(solo, &h.ev, h.idx)
+		}
+	})
+	rt.wakes.Wake()
+	return true
+}
+
+// HistoryStats returns the history's size; the zero value without one.
+func (r *Router) HistoryStats() HistoryStats {
+	if r.hist == nil {
+		return HistoryStats{}
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.hist.stats()
 }
 
 // visibleColumns returns the columns of cols the identity may see: every one without a policy.

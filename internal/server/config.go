@@ -42,6 +42,8 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		PolicyConfig: c.PolicyConfig(),
 		Presence:     c.PresenceConfig(),
 		Fanout:       c.FanoutConfig(),
+		HistoryBytes: int(c.ChangefeedSection.HistoryBytes),
+		HistoryAge:   c.ChangefeedSection.HistoryAge,
 		Cluster:      ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
 		Logger:       log,
 	}

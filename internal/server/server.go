@@ -81,6 +81,10 @@ type Config struct {
 	// Presence configures channel presence (the presence.* keys); its store is this node's
 	// memory.
 	Presence presence.Config
+	// HistoryBytes and HistoryAge bound the table history a resumed subscription is replayed
+	// from (changefeed.history_bytes, changefeed.history_age); zero: the defaults.
+	HistoryBytes int
+	HistoryAge   time.Duration
 	// Cluster, when its RedisURL is set, makes this node one of many sharing that Redis
 	// (docs/ARCHITECTURE.md, Many nodes). The zero value: the node is alone.
 	Cluster ClusterConfig
@@ -230,7 +234,13 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		r, err := router.New(router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy})
+		rcfg := router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy}
+		if pr == nil {
+			// Among many nodes a node routes only the changes its subscriptions hold, so its own
+			// history could not replay another subscription's: resumes there are resyncs.
+			rcfg.History = router.NewHistory(cfg.HistoryBytes, cfg.HistoryAge)
+		}
+		r, err := router.New(rcfg)
 		if err != nil {
 			schema.Close()
 			pr.close()

@@ -56,7 +56,7 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 		target = cut
 	}
 	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target,
-		Claims: policy.NewClaims(f.Identity.Claims)})
+		Claims: policy.NewClaims(f.Identity.Claims), From: f.From})
 	if err == nil && cut != nil {
 		if sub.Head, unsubscribe, err = t.share(ctx, f, sub, unsubscribe, cut); err != nil {
 			return session.TableSubscription{}, err

@@ -421,3 +421,89 @@ func TestTableFromPastTheStream(t *testing.T) {
 		t.Errorf("change %v, want row 2 on near", m)
 	}
 }
+
+// TestTableResumeFromHistory: a subscription that comes back with the position of the last
+// change it had gets the changes it missed, through its filter, then live ones: no gap, no
+// duplicate. A from older than the history is a history_expired resync.
+func TestTableResumeFromHistory(t *testing.T) {
+	r, url := startWithDB(t, itemsDDL)
+	c, _ := connect(t, r)
+	tableSub(c, "acme", `{"eq":["org_id","acme"]}`, "")
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (1, 'acme')`)
+	last := c.expect("change")["pos"].(string)
+	_ = c.c.CloseNow()
+
+	// While it is away: two acme rows (one in a transaction with another org's), an update
+	// that moves row 1 out of its view, and another org's row.
+	testenv.Exec(t, url, `BEGIN; INSERT INTO items (id, org_id) VALUES (2, 'other'); INSERT INTO items (id, org_id) VALUES (3, 'acme'); COMMIT`)
+	testenv.Exec(t, url, `UPDATE items SET org_id = 'other' WHERE id = 1`)
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (4, 'other')`)
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (5, 'acme')`)
+
+	back, _ := connect(t, r)
+	back.send(`{"type":"subscribe","id":"acme","sub":"acme","table":"public.items","filter":{"eq":["org_id","acme"]},"from":"` + last + `"}`)
+	if m := back.expect("subscribed"); m["pos"] != last {
+		t.Fatalf("subscribed %v, want pos %s", m, last)
+	}
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (6, 'acme')`)
+	want := []string{"insert:3", "leave:1", "insert:5", "insert:6"}
+	var got []string
+	prev := last
+	for len(got) < len(want) {
+		m := back.expect("change")
+		id := ""
+		for _, img := range []string{"row", "old"} {
+			if row, ok := m[img].(map[string]any); ok && id == "" {
+				id = fmt.Sprint(row["id"])
+			}
+		}
+		got = append(got, fmt.Sprintf("%s:%s", m["op"], id))
+		pos := m["pos"].(string)
+		if p, q := mustPos(t, pos), mustPos(t, prev); !after(p, q) {
+			t.Fatalf("change at %s after %s: not in order", pos, prev)
+		}
+		prev = pos
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("resumed changes %v, want %v", got, want)
+	}
+}
+
+func mustPos(t *testing.T, s string) wire.Position {
+	t.Helper()
+	p, err := wire.ParsePosition(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestTableResumeBeyondHistory: a history too small to reach back to from answers with a
+// history_expired resync, and then live changes.
+func TestTableResumeBeyondHistory(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL)
+	cfg := baseConfig()
+	cfg.Session.MaxSubscriptions = 50
+	cfg.Changefeed = feedConfig(t, url)
+	cfg.HistoryBytes = 1 // every transaction is let go as soon as it is kept
+	r := start(t, cfg)
+	waitReady(t, r)
+	c, _ := connect(t, r)
+	tableSub(c, "all", "", "")
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (1, 'acme')`)
+	last := c.expect("change")["pos"].(string)
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (2, 'acme')`)
+	c.expect("change")
+
+	back, _ := connect(t, r)
+	back.send(`{"type":"subscribe","id":"all","sub":"all","table":"public.items","from":"` + last + `"}`)
+	back.expect("subscribed")
+	if m := back.expect("resync"); m["reason"] != "history_expired" {
+		t.Fatalf("resync %v, want history_expired", m)
+	}
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (3, 'acme')`)
+	if m := back.expect("change"); m["row"].(map[string]any)["id"] != float64(3) {
+		t.Fatalf("change %v, want row 3", m)
+	}
+}

@@ -301,18 +301,21 @@ func checkFrom(r SubscribeRequest, head stream.Position) *fault.Error {
 	return nil
 }
 
-// resumeGap is the gap a resumed subscription starts with: this server keeps no history yet, so
-// every item between from and the stream's head is reported lost, and a from of another epoch
+// resumeGap is the gap a resumed subscription starts with when its producer could not replay
+// what came after from (the producer then reports its head, not from): every item between from
+// and the stream's head is reported lost, and a from of another epoch
 // means the stream was reset. The gap says how many were lost only when that is exact: for
 // a channel without an event filter, every offset between from and the head was one
 // publication this subscription would have had.
 func resumeGap(r SubscribeRequest, head stream.Position) *stream.Gap {
 	from := r.From
 	switch {
-	case from.IsZero() || head.IsZero():
+	case from.IsZero() || head.IsZero() || from == head:
+		// Nothing to resume, or the producer starts the subscription right after from: it
+		// replayed what came between from history.
 		return nil
 	case from.IsTable():
-		// No table history is kept yet: every change after from up to the head is lost. A from
+		// The history did not reach from: every change after it up to the head is lost. A from
 		// past the head is a change this node has not routed yet (it restarted, and re-reads
 		// what its slot had not confirmed): Tables holds back everything up to it.
 		if from.LSN < head.LSN || from.LSN == head.LSN && from.Idx > 0 {
