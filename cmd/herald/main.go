@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heraldrt/herald/internal/problem"
 	"io"
 	"os"
 	"os/signal"
@@ -77,6 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		fmt.Fprintf(stderr, "herald %s: %v\n", c.name, err)
+		if p, ok := problem.Of(err); ok {
+			// The stable code to search the docs for (docs/OPERATIONS.md, Problems).
+			fmt.Fprintf(stderr, "  code: %s\n", p.Code)
+		}
 		var ue usageError
 		if errors.As(err, &ue) {
 			return 2

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"github.com/heraldrt/herald/internal/problem"
 	"strings"
 )
 
@@ -131,3 +132,19 @@ func (e *ConfigError) Error() string {
 
 // Unwrap returns the I/O or parse error underneath, if any.
 func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Problem is the refusal as a person reading the logs meets it: code "auth.<reason>". A
+// token's bytes are never in it.
+func (e *Error) Problem() problem.Problem {
+	return problem.Problem{Code: "auth." + string(e.Reason), Stage: string(e.Stage), Detail: e.Detail, Fix: e.Fix}
+}
+
+// Problem is the configuration fault as a person starting the node meets it: code
+// "auth.config".
+func (e *ConfigError) Problem() problem.Problem {
+	d := e.Detail
+	if e.Key != "" {
+		d = e.Key + ": " + d
+	}
+	return problem.Problem{Code: "auth.config", Stage: e.Stage, Detail: d, Fix: e.Fix}
+}

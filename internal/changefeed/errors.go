@@ -3,6 +3,7 @@ package changefeed
 import (
 	"errors"
 	"fmt"
+	"github.com/heraldrt/herald/internal/problem"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -101,4 +102,14 @@ func safeNetError(err error) string {
 		return "the database URL could not be parsed"
 	}
 	return err.Error()
+}
+
+// Problem is the error as an operator meets it: code "changefeed.<stage>", and
+// "changefeed.<stage>.permanent" when retrying cannot help until a person acts.
+func (e *Error) Problem() problem.Problem {
+	code := "changefeed." + string(e.Stage)
+	if e.Permanent {
+		code += ".permanent"
+	}
+	return problem.Problem{Code: code, Stage: string(e.Stage), Detail: e.Detail, Fix: e.Fix}
 }

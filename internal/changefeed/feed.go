@@ -3,6 +3,7 @@ package changefeed
 import (
 	"context"
 	"errors"
+	"github.com/heraldrt/herald/internal/problem"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -125,7 +126,7 @@ func (f *Feed) Run(ctx context.Context) error {
 		f.update(func(s *Stats) {
 			s.Failure, s.FailedAt, s.Streaming, s.Leader = err.Error(), time.Now(), false, false
 		})
-		log.Error("replication stream ended", "error", err, "stage", stageOf(err))
+		log.Error("replication stream ended", "error", err, "stage", stageOf(err), problem.Attr(err))
 		if f.cfg.OnEnd != nil {
 			f.cfg.OnEnd(err)
 		}

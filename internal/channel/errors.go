@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"github.com/heraldrt/herald/internal/problem"
 	"strconv"
 	"strings"
 )
@@ -91,4 +92,10 @@ func newError(r Reason, value, detail, fix string) *Error {
 		value = value[:maxErrorValue] + "..."
 	}
 	return &Error{Reason: r, Value: value, Detail: detail, Fix: fix}
+}
+
+// Problem is the refusal as a person meets it (a publish through the API, in a log): code
+// "channel.<reason>".
+func (e *Error) Problem() problem.Problem {
+	return problem.Problem{Code: "channel." + string(e.Reason), Stage: "channel", Detail: e.Error(), Fix: e.Fix}
 }

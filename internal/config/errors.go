@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/heraldrt/herald/internal/problem"
 	"strings"
 )
 
@@ -85,4 +86,17 @@ func distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// Problem is the fault as the person starting the server meets it: code "config.invalid",
+// with the key at fault and where its value came from in Detail.
+func (e *Error) Problem() problem.Problem {
+	d := e.Detail
+	switch {
+	case e.Key != "" && e.Source != "":
+		d = e.Key + " (" + e.Source + "): " + d
+	case e.Key != "":
+		d = e.Key + ": " + d
+	}
+	return problem.Problem{Code: "config.invalid", Stage: e.Stage, Detail: d, Fix: e.Fix}
 }

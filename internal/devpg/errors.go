@@ -1,6 +1,10 @@
 package devpg
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/heraldrt/herald/internal/problem"
+)
 
 // Stage names the step of starting or stopping the server that failed. The same constant is
 // the log attribute.
@@ -38,3 +42,8 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Problem is the failure as the person running herald dev meets it: code "devpg.<stage>".
+func (e *Error) Problem() problem.Problem {
+	return problem.Problem{Code: "devpg." + string(e.Stage), Stage: string(e.Stage), Detail: e.Detail, Fix: e.Fix}
+}

@@ -1,6 +1,10 @@
 package filter
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/heraldrt/herald/internal/problem"
+)
 
 // Code says which client error code a refused filter maps to. The set is closed and the strings
 // are stable: the server maps them to the wire's codes of the same names.
@@ -87,4 +91,14 @@ func quote(s string) string {
 		return string(appendJSONString(nil, s[:cut])) + "..."
 	}
 	return string(appendJSONString(nil, s))
+}
+
+// Problem is the refusal as a person meets it: code "filter.<code>", the path of the
+// offending part in Detail.
+func (e *Error) Problem() problem.Problem {
+	d := e.Detail
+	if e.Path != "" {
+		d = e.Path + ": " + d
+	}
+	return problem.Problem{Code: "filter." + string(e.Code), Stage: "filter", Detail: d, Fix: e.Fix}
 }

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/heraldrt/herald/internal/problem"
 	"strconv"
 	"strings"
 )
@@ -100,4 +101,17 @@ func distance(a, b string) int {
 		}
 	}
 	return d[len(a)][len(b)]
+}
+
+// Problem is the fault as the person starting the server meets it: code "policy.compile",
+// the rule and the position in Detail.
+func (e *CompileError) Problem() problem.Problem {
+	return problem.Problem{Code: "policy.compile", Stage: e.Stage, Detail: strings.TrimPrefix(e.Error(), e.Stage+": "), Fix: e.Fix}
+}
+
+// Problem is the failure as the server's log shows it: code "policy.eval". Detail may name a
+// column the subscriber may not see; it is for the log, never for the client.
+func (e *EvalError) Problem() problem.Problem {
+	return problem.Problem{Code: "policy.eval", Stage: "policy", Detail: e.Rule + ": " + e.Detail,
+		Fix: "make the rule total over the rows and claims it meets (has() before a field that may be absent; a default for a missing claim)"}
 }

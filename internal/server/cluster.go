@@ -64,7 +64,7 @@ func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
 	defer cancel()
 	c, err := redisstore.Dial(ctx, redisstore.Config{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
 	if err != nil {
-		return nil, fmt.Errorf("%w (check redis.url / HERALD_REDIS_URL, and that Redis answers there)", err)
+		return nil, err
 	}
 	p := &peers{id: id, client: c, hub: &hubRef{}, log: log.With("node", id)}
 	fail := func(err error) (*peers, error) { c.Close(); return nil, err }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/heraldrt/herald/internal/problem"
 	"sort"
 	"strings"
 	"sync"
@@ -72,20 +73,24 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("redis: parse URL: %w", err)
+		// The parser's message may quote the URL, password and all: it is left out.
+		return nil, &DialError{Stage: "url", Detail: "redis.url is not a Redis URL",
+			Fix: "set redis.url (HERALD_REDIS_URL) to redis://[user:password@]host:port[/db], or rediss:// for TLS"}
 	}
 	// Client-side caching is not used: every read here must see the latest write.
 	opt.DisableCache = true
 	rc, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("redis: connect %s: %w", strings.Join(opt.InitAddress, ","), err)
+		return nil, &DialError{Stage: "connect", Detail: fmt.Sprintf("cannot connect to %s: %v", strings.Join(opt.InitAddress, ","), err), Err: err,
+			Fix: "check that Redis runs there and this node may reach it (redis-cli -h <host> -p <port> ping), and redis.url (HERALD_REDIS_URL)"}
 	}
 	c := &Client{rc: rc, prefix: cfg.Prefix, timeout: cfg.Timeout, pingEvery: cfg.PingInterval}
 	pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if err := rc.Do(pctx, rc.B().Ping().Build()).Error(); err != nil {
 		rc.Close()
-		return nil, fmt.Errorf("redis: ping: %w", err)
+		return nil, &DialError{Stage: "ping", Detail: fmt.Sprintf("%s did not answer PING: %v", strings.Join(opt.InitAddress, ","), err), Err: err,
+			Fix: "check that Redis runs there and answers (redis-cli -h <host> -p <port> ping), and the password and TLS in redis.url (HERALD_REDIS_URL)"}
 	}
 	c.health.Store(&health{at: time.Now()})
 	return c, nil
@@ -173,3 +178,24 @@ func ownerTag(owner string) string { return "{o:" + owner + "}" }
 func channelTag(channel string) string { return "{c:" + channel + "}" }
 
 func (c *Client) key(kind, tag string) string { return c.prefix + ":" + kind + ":" + tag }
+
+// DialError is a Redis that cannot be reached when the node starts. Its text never holds the
+// URL's password.
+type DialError struct {
+	Stage  string // "url", "connect" or "ping"
+	Detail string
+	Fix    string
+	Err    error
+}
+
+func (e *DialError) Error() string {
+	return "redis: " + e.Stage + ": " + e.Detail + " (fix: " + e.Fix + ")"
+}
+
+// Unwrap returns the client's error underneath, if any.
+func (e *DialError) Unwrap() error { return e.Err }
+
+// Problem is the failure as the person starting the node meets it: code "redis.<stage>".
+func (e *DialError) Problem() problem.Problem {
+	return problem.Problem{Code: "redis." + e.Stage, Stage: e.Stage, Detail: e.Detail, Fix: e.Fix}
+}

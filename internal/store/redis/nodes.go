@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/heraldrt/herald/internal/problem"
 	"log/slog"
 	"sort"
 	"strconv"
@@ -243,3 +244,9 @@ func (n *Nodes) Live(ctx context.Context) ([]Peer, error) {
 
 // String names the registry entry for logs.
 func (n *Nodes) String() string { return fmt.Sprintf("nodes %s/%s", n.cfg.Node, n.inc) }
+
+// Problem is the refusal as the person starting the node meets it: code "redis.node_taken".
+func (e *NodeTakenError) Problem() problem.Problem {
+	return problem.Problem{Code: "redis.node_taken", Stage: "cluster", Detail: fmt.Sprintf("node id %q is held by another live process, reached at %s", e.Node, e.URL),
+		Fix: fmt.Sprintf("leave cluster.node_id empty for a random id per process, or give each node its own; a process that ended without deregistering lets go of the id within %s", e.TTL)}
+}
