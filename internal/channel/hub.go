@@ -224,7 +224,7 @@ func (h *Hub) Subscribe(s stream.Receiver, sub string, p Pattern) (pos stream.Po
 	defer st.mu.Unlock()
 	defer h.release(st)
 	if pos, err = h.broker.Head(p.glob); err != nil {
-		return stream.Position{}, nil, err
+		return stream.Position{}, nil, fmt.Errorf("%w: %w", ErrBroker, err)
 	}
 	if h.cfg.Remote != nil {
 		// Among nodes, the subscription starts after what this node has handed on of the

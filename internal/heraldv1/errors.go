@@ -3,23 +3,51 @@ package heraldv1
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
-// errorFrame is the error frame that answers request id with err: err's own code, field and
-// message when it is a client-facing error (a *wire.Error or a *fault.Error), and bad_frame
-// naming field otherwise, as a producer's refusal of what the request named (a channel) is.
-func errorFrame(id string, err error, field string) *wire.Error {
-	we, ok := wire.AsError(err)
-	if !ok {
-		we = &wire.Error{Code: wire.CodeBadFrame, Field: field, Message: err.Error(), Err: err}
+// Refusal is the error frame that answers request id with err, and the one place herald.v1
+// decides the code a client sees for a refusal a component made (a producer, a store, the
+// server's adapters): a client-facing error (*fault.Error, *wire.Error) keeps its own code,
+// field and message; the channel hub's refusals are named here; anything else is internal,
+// its cause kept for the log and never sent. field names what the request named, for a
+// grammar refusal (a channel, an event). The WebSocket and SSE transports and the HTTP publish
+// API answer through it.
+func Refusal(id string, err error, field string) *wire.Error {
+	if we, ok := wire.AsError(err); ok {
+		we.ID = id
+		return we
 	}
-	we.ID = id
+	we := &wire.Error{ID: id, Code: wire.CodeInternal, Err: err, Message: "the server failed to answer this request; retry, and report it if it persists"}
+	var busy *channel.BusyError
+	var ce *channel.Error
+	switch {
+	case errors.As(err, &busy):
+		we.Code, we.Message = wire.CodeUnavailable, fmt.Sprintf(
+			"the node is handing publications to subscribers more slowly than they are published (the fan-out queue stayed full for %s); retry with backoff, or publish less often", busy.Waited)
+	case errors.Is(err, channel.ErrBroker):
+		we.Code, we.Message = wire.CodeUnavailable, "the channel broker (the nodes' shared Redis) did not answer, and nothing was done; retry with backoff"
+	case errors.Is(err, channel.ErrHubClosed):
+		we.Code, we.Message = wire.CodeUnavailable, "the node is shutting down; publish to another node or retry"
+	case errors.As(err, &ce):
+		we.Code, we.Field, we.Message = wire.CodeBadFrame, field, ce.Error()
+		if ce.Reason == channel.ReasonBadEvent {
+			we.Field = "event"
+		}
+		if ce.Fix != "" {
+			we.Message += "; " + ce.Fix
+		}
+	}
 	return we
 }
+
+// errorFrame is Refusal for a request a session answers.
+func errorFrame(id string, err error, field string) *wire.Error { return Refusal(id, err, field) }
 
 // AuthError is the error frame for a token that did not verify: token_expired for one that has
 // expired or is not valid yet (a fresh token cures both), unauthorized otherwise. At connect it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/heraldrt/herald/internal/channel"
 	"sync"
 	"testing"
 	"time"
@@ -70,11 +71,18 @@ func (publishingChannels) Publish(string, string, json.RawMessage) (stream.Posit
 	return stream.ChannelPosition("e", 1), nil
 }
 
-// brokenChannels refuses every subscription with an error that is not a client-facing one.
+// brokenChannels refuses every subscription with the hub's own refusal of a pattern.
 type brokenChannels struct{ fakeChannels }
 
 func (brokenChannels) Subscribe(stream.Receiver, string, string, string) (stream.Position, func(), error) {
-	return stream.Position{}, nil, errors.New("no such pattern")
+	return stream.Position{}, nil, &channel.Error{Reason: channel.ReasonBadPattern, Value: "c", Detail: "no such pattern"}
+}
+
+// failingChannels fails every subscription with an error nobody named for the client.
+type failingChannels struct{ fakeChannels }
+
+func (failingChannels) Subscribe(stream.Receiver, string, string, string) (stream.Position, func(), error) {
+	return stream.Position{}, nil, errors.New("disk on fire")
 }
 
 // TestReplies: each client frame is answered with the herald.v1 frame its outcome on the
@@ -106,6 +114,9 @@ func TestReplies(t *testing.T) {
 		{name: "subscribe refused by the producer", deps: session.Deps{Channels: brokenChannels{}},
 			frame: &wire.Subscribe{ID: "1", Sub: "s", Channel: "c"},
 			want:  &wire.Error{ID: "1", Code: wire.CodeBadFrame, Field: "channel"}},
+		{name: "subscribe failing in the producer", deps: session.Deps{Channels: failingChannels{}},
+			frame: &wire.Subscribe{ID: "1", Sub: "s", Channel: "c"},
+			want:  &wire.Error{ID: "1", Code: wire.CodeInternal}},
 		{name: "subscribe twice", deps: session.Deps{Channels: fakeChannels{}},
 			before: []wire.Frame{&wire.Subscribe{ID: "0", Sub: "s", Channel: "c"}},
 			frame:  &wire.Subscribe{ID: "1", Sub: "s", Channel: "d"},

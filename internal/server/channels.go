@@ -3,16 +3,15 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/cluster"
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/stream"
-	"github.com/heraldrt/herald/internal/wire"
 )
 
 // channels adapts the node's channel hub to what sessions and the publish API ask of it,
@@ -35,10 +34,10 @@ func newChannels(b channel.Bus, fanout channel.Config, maxPublish int) (*channel
 	return &channels{hub: hub, maxPublish: maxPublish}, nil
 }
 
-func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wire.Position, func(), error) {
+func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (stream.Position, func(), error) {
 	p, err := channel.ParsePattern(pattern, event)
 	if err != nil {
-		return wire.Position{}, nil, clientError(err)
+		return stream.Position{}, nil, err
 	}
 	var release func()
 	if c.peers != nil {
@@ -53,7 +52,7 @@ func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wir
 		release, err = c.peers.node.Watch(ctx, owner, token, subject)
 		cancel()
 		if err != nil {
-			return wire.Position{}, nil, shareError(err)
+			return stream.Position{}, nil, shareError(err)
 		}
 	}
 	head, unsubscribe, err := c.hub.Subscribe(s, sub, p)
@@ -61,7 +60,7 @@ func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wir
 		if release != nil {
 			release()
 		}
-		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnavailable, Message: "the channel broker did not answer; retry with backoff", Err: err}
+		return stream.Position{}, nil, err
 	}
 	if release != nil {
 		hubUnsubscribe := unsubscribe
@@ -70,42 +69,14 @@ func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wir
 	return head, unsubscribe, nil
 }
 
-func (c *channels) Publish(name, event string, data json.RawMessage) (wire.Position, error) {
+func (c *channels) Publish(name, event string, data json.RawMessage) (stream.Position, error) {
 	if len(data) > c.maxPublish {
-		return wire.Position{}, &wire.Error{Code: wire.CodeFrameTooLarge, Field: "data", Message: fmt.Sprintf(
+		return stream.Position{}, &fault.Error{Code: fault.CodeFrameTooLarge, Field: "data", Message: fmt.Sprintf(
 			"data is %d bytes compacted, more than limits.max_publish_bytes (%d); publish less per message", len(data), c.maxPublish)}
 	}
 	pos, err := c.hub.Publish(name, event, data)
 	if err != nil {
-		return wire.Position{}, clientError(err)
+		return stream.Position{}, err
 	}
 	return pos, nil
-}
-
-// clientError turns a channel grammar refusal into a bad_frame naming the field, and a full
-// fan-out queue or a closing hub into unavailable.
-func clientError(err error) error {
-	var busy *channel.BusyError
-	switch {
-	case errors.As(err, &busy):
-		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: fmt.Sprintf(
-			"the node is handing publications to subscribers more slowly than they are published (the fan-out queue stayed full for %s); retry with backoff, or publish less often", busy.Waited)}
-	case errors.Is(err, channel.ErrBroker):
-		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: "the channel broker (the nodes' shared Redis) did not answer, and the publication took no position; retry with backoff"}
-	case errors.Is(err, channel.ErrHubClosed):
-		return &wire.Error{Code: wire.CodeUnavailable, Err: err, Message: "the node is shutting down; publish to another node or retry"}
-	}
-	var ce *channel.Error
-	if !errors.As(err, &ce) {
-		return &wire.Error{Code: wire.CodeInternal, Message: "the channel hub failed", Err: err}
-	}
-	field := "channel"
-	if ce.Reason == channel.ReasonBadEvent {
-		field = "event"
-	}
-	msg := ce.Error()
-	if ce.Fix != "" {
-		msg += "; " + ce.Fix
-	}
-	return &wire.Error{Code: wire.CodeBadFrame, Field: field, Message: msg, Err: err}
 }

@@ -19,7 +19,7 @@ var _ session.Presence = presences{}
 
 func (a presences) Track(ctx context.Context, name string, m stream.Member) error {
 	if err := channel.CheckName(name); err != nil {
-		return clientError(err)
+		return err
 	}
 	return a.p.Track(ctx, name, m)
 }
@@ -30,7 +30,7 @@ func (a presences) Untrack(ctx context.Context, name, id string) (bool, error) {
 
 func (a presences) Watch(ctx context.Context, name string, r stream.Receiver, sub string) (func(), error) {
 	if err := channel.CheckName(name); err != nil {
-		return nil, clientError(err)
+		return nil, err
 	}
 	return a.p.Watch(ctx, name, r, sub)
 }

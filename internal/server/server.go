@@ -718,12 +718,7 @@ func (s *Server) publish(w http.ResponseWriter, r *http.Request) {
 	}
 	pos, err := s.channels.Publish(p.Channel, p.Event, p.Data)
 	if err != nil {
-		we, ok := wire.AsError(err)
-		if !ok {
-			we = &wire.Error{Code: wire.CodeBadFrame, Field: "channel", Message: err.Error()}
-		}
-		we.ID = p.ID
-		heraldv1.WriteHTTPError(w, we)
+		heraldv1.WriteHTTPError(w, heraldv1.Refusal(p.ID, err, "channel"))
 		return
 	}
 	id := p.ID

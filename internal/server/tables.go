@@ -19,7 +19,6 @@ import (
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/stream"
-	"github.com/heraldrt/herald/internal/wire"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -72,12 +71,12 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 	end, err := t.walEnd(ctx)
 	if err != nil {
 		unsubscribe()
-		return session.TableSubscription{}, &wire.Error{Code: wire.CodeUnavailable,
+		return session.TableSubscription{}, &fault.Error{Code: fault.CodeUnavailable,
 			Message: "the database did not say how far its WAL reaches, to check from; retry with backoff", Err: err}
 	}
 	if f.From.LSN >= end {
 		unsubscribe()
-		return session.TableSubscription{}, &wire.Error{Code: wire.CodeBadPosition, Field: "from", Message: fmt.Sprintf(
+		return session.TableSubscription{}, &fault.Error{Code: fault.CodeBadPosition, Field: "from", Message: fmt.Sprintf(
 			"from %s is past the end of this database's change stream (its WAL ends at %s): it comes from another database or deployment; subscribe without from and re-read the view",
 			f.From, end)}
 	}
@@ -120,7 +119,7 @@ func shareError(err error) error {
 	if errors.As(err, &fe) {
 		return fe
 	}
-	return &wire.Error{Code: wire.CodeUnavailable, Message: "the nodes' shared Redis did not answer; retry with backoff", Err: err}
+	return &fault.Error{Code: fault.CodeUnavailable, Message: "the nodes' shared Redis did not answer; retry with backoff", Err: err}
 }
 
 // cutover holds what the router hands a subscription between its attaching and its start
@@ -145,11 +144,15 @@ type cutItem struct {
 // trip's worth of changes on a busy table.
 const maxCutover = 4096
 
-func (c *cutover) Push(sub string, it *stream.Item) {
+func (c *cutover) Push(sub string, it *stream.Item) { c.PushDeferred(sub, it, nil) }
+
+// PushDeferred is Push that, once open, leaves waking the session's writer to w (the router
+// wakes each writer once per transaction); w nil wakes it at once.
+func (c *cutover) PushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.opened {
-		c.passLocked(sub, it)
+		c.passLocked(sub, it, w)
 		return
 	}
 	if len(c.waiting) < maxCutover {
@@ -164,14 +167,23 @@ func (c *cutover) Push(sub string, it *stream.Item) {
 	c.lost.Lost++
 }
 
-func (c *cutover) passLocked(sub string, it *stream.Item) {
+func (c *cutover) passLocked(sub string, it *stream.Item, w *stream.Wakeups) {
 	if !c.passed {
 		if p := it.Position(); p.IsTable() && !after(p, c.start) {
 			return
 		}
 		c.passed = true
 	}
-	c.Receiver.Push(sub, it)
+	pushDeferred(c.Receiver, sub, it, w)
+}
+
+// pushDeferred hands it to r, leaving the wake-up to w when both can.
+func pushDeferred(r stream.Receiver, sub string, it *stream.Item, w *stream.Wakeups) {
+	if dr, ok := r.(stream.DeferringReceiver); ok && w != nil {
+		dr.PushDeferred(sub, it, w)
+		return
+	}
+	r.Push(sub, it)
 }
 
 // open sets the start and hands on what waited past it.
@@ -180,7 +192,7 @@ func (c *cutover) open(start stream.Position) {
 	defer c.mu.Unlock()
 	c.opened, c.start = true, start
 	for _, w := range c.waiting {
-		c.passLocked(w.sub, w.it)
+		c.passLocked(w.sub, w.it, nil)
 	}
 	if c.lost != nil && len(c.waiting) > 0 {
 		if after(c.lost.Last, start) {
@@ -222,16 +234,19 @@ func (t *tables) Stale(reason stream.Reason) {
 // time under the router's lock and is the only caller of Push.
 type floor struct {
 	stream.Receiver
-	from   wire.Position
+	from   stream.Position
 	passed bool
 }
 
 // Push passes on an item after from: a change past it, or a gap that reaches past it.
-func (f *floor) Push(sub string, it *stream.Item) {
+func (f *floor) Push(sub string, it *stream.Item) { f.PushDeferred(sub, it, nil) }
+
+// PushDeferred is Push leaving the writer's wake-up to w (see cutover.PushDeferred).
+func (f *floor) PushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
 	if f.holds(it.Position()) {
 		return
 	}
-	f.Receiver.Push(sub, it)
+	pushDeferred(f.Receiver, sub, it, w)
 }
 
 // holds reports whether the item at pos is at or before from, and lifts the floor at the
@@ -249,7 +264,7 @@ func (f *floor) holds(p stream.Position) bool {
 
 // after reports whether table position p comes after q: by LSN, then, within one transaction,
 // by index, where index 0 stands after the whole transaction.
-func after(p, q wire.Position) bool {
+func after(p, q stream.Position) bool {
 	switch {
 	case p.LSN != q.LSN:
 		return p.LSN > q.LSN
@@ -371,7 +386,7 @@ func (p *pgSchema) Table(ctx context.Context, table string) (router.TableInfo, e
 
 func (p *pgSchema) read(ctx context.Context, table string) (router.TableInfo, error) {
 	unavailable := func(err error) error {
-		return &wire.Error{Code: wire.CodeUnavailable, Message: "the database did not answer a catalog query; retry with backoff", Err: err}
+		return &fault.Error{Code: fault.CodeUnavailable, Message: "the database did not answer a catalog query; retry with backoff", Err: err}
 	}
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
