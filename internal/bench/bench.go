@@ -647,20 +647,21 @@ func watch(runCtx, ctx context.Context, cfg Config, t *tally, sent *atomic.Int64
 
 // Report is what a run measured.
 type Report struct {
-	Mode        string `json:"mode"` // "table" or "channel"
-	Target      string `json:"target"`
-	Transport   string `json:"transport"`
-	URL         string `json:"url"`
-	Subscribers int    `json:"subscribers"`
-	Connected   int    `json:"connected"`
-	// With several nodes: their URLs, the subscribers connected to each (round-robin), and
-	// where channel mode published.
+	Mode        string  `json:"mode"` // "table" or "channel"
+	Target      string  `json:"target"`
+	Transport   string  `json:"transport"`
+	URL         string  `json:"url"`
+	Subscribers int     `json:"subscribers"`
+	Connected   int     `json:"connected"`
+	Events      int     `json:"events"`
+	Rate        float64 `json:"rate"` // asked for; 0: as fast as possible
+	Stopped     Stopped `json:"stopped"`
+
+	// With several nodes: their URLs, the subscribers connected to each (in turn), and where
+	// channel mode published.
 	URLs            []string `json:"urls,omitempty"`
 	ConnectedByNode []int    `json:"connected_by_node,omitempty"`
 	PublishVia      string   `json:"publish_via,omitempty"`
-	Events          int      `json:"events"`
-	Rate            float64  `json:"rate"` // asked for; 0: as fast as possible
-	Stopped         Stopped  `json:"stopped"`
 
 	Sent int64 `json:"sent"`
 	// Abandoned are events issued but not confirmed when the run stopped at its cap: the
