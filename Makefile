@@ -3,7 +3,7 @@ GO       ?= go
 FUZZTIME ?= 3s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: run test build test-go fuzz-short bench bench-changefeed bench-delivery demo-tail clean
+.PHONY: run test build test-go fuzz-short bench bench-changefeed bench-delivery bench-nodes demo-tail clean
 
 ## run: herald dev: a node with a throwaway Postgres and a demo table that changes every few seconds
 run: build
@@ -41,6 +41,12 @@ bench-changefeed: build
 ## delivery, latency, idle memory, changefeed ratio (docs/BENCHMARKS.md; BENCH_WRITE=1 writes it there)
 bench-delivery:
 	scripts/testenv run -- scripts/bench-delivery
+
+## bench-nodes: one node against three sharing a private Redis, alternating: deliveries/s, latency,
+## CPU per delivery over all nodes, Redis commands and bytes per publication and per change
+## (docs/BENCHMARKS.md; BENCH_WRITE=1 writes it there)
+bench-nodes:
+	scripts/bench-nodes
 
 clean:
 	rm -rf bin

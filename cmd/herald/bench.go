@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heraldrt/herald/internal/bench"
@@ -17,7 +19,8 @@ import (
 
 const benchUsage = `usage: herald bench [--subs 100] [--events 10000] [--rate 0] [--duration 60s]
          [--table public.bench_items [--filter JSON] [--updates] | --channel bench/load]
-         [--policy N] [--transport ws|sse] [--target URL [--allow-remote] [--pid N] [--api-key K] [--database-url URL]]
+         [--policy N] [--transport ws|sse] [--target URL[,URL...] [--allow-remote] [--pid N[,N...]] [--api-key K] [--database-url URL]]
+         [--nodes N] [--redis-url URL [--redis-idle 2s]] [--publish round-robin|first] [--warm-up]
          [--json]
        herald bench --idle [--subs 1000] [--hold 50s] [--settle 5s] [--transport ws|sse] [--json]
 
@@ -53,6 +56,26 @@ subscribers (those the rule allows), and the deliveries expected are events x su
 
 --node-binary starts the node from another herald binary than this one, e.g. to compare two
 builds under the same client.
+
+Several nodes: --nodes N starts N nodes sharing the Redis at --redis-url (keys under a fresh
+prefix), one after the other (in table mode the first leads the changefeed and the others
+follow it, all on one private PostgreSQL); --target a,b,c measures running ones (--pid with
+their process ids, in any number: CPU and memory are summed over the processes given).
+Subscriber i connects to node i mod N; channel mode publishes through each node in turn
+(--publish round-robin, as a load balancer spreads requests) or through the first (--publish
+first). Deliveries are counted at the subscribers and latency runs from publish (or commit) to
+receipt whichever node a subscriber is on; CPU per delivery is over all the nodes' CPU time.
+
+--redis-url, with one node or several, also reads that Redis's INFO counters (one server, not a
+Cluster): over --redis-idle with every subscriber connected and nothing flowing, then over the
+run. The report gives its commands (those its scripts run included), script calls, bytes in and
+out per event with the idle rate taken off, its CPU per delivery, and the items the nodes sent
+each other (herald_cluster_items_*_total from their /metrics).
+
+--warm-up, once every subscriber is connected, produces one event without a send time through
+each node that publishes (or commits one row) and waits a second before measuring: a node's
+first look-up of which nodes hold a channel or table reads every subscription's row from Redis,
+a cost per change of subscriptions rather than per event.
 
 Progress goes to stderr every second; the report to stdout (--json: one JSON object).
 
@@ -91,7 +114,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.Transport, "transport", "ws", "ws (WebSocket) or sse")
 	fs.StringVar(&cfg.Token, "token", "", "access token every subscriber sends; none: anonymous")
 	fs.IntVar(&cfg.Publishers, "publishers", 8, "channel mode: concurrent publish requests")
-	fs.IntVar(&cfg.ServerPID, "pid", 0, "with --target: the node's process id, to measure its CPU and memory")
+	fs.Var(intList{&cfg.ServerPIDs}, "pid", "with --target: the nodes' process ids, comma-separated, to measure their CPU and memory")
+	nodes := fs.Int("nodes", 1, "start this many nodes sharing --redis-url; subscribers go to them in turn")
+	fs.StringVar(&cfg.RedisURL, "redis-url", "", "the Redis the nodes share: started nodes use it; its INFO counters are read around the run")
+	fs.DurationVar(&cfg.RedisIdle, "redis-idle", 2*time.Second, "with --redis-url: the quiet window before the first event whose Redis traffic is taken off the run's")
+	fs.BoolVar(&cfg.WarmUp, "warm-up", false, "once connected, produce one unmeasured event through each node that publishes (a row in table mode), so first look-ups are not measured")
+	fs.StringVar(&cfg.PublishVia, "publish", bench.PublishRoundRobin, "channel mode with several nodes: round-robin (each node in turn) or first")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "with --target, channel mode: the node's API key")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("HERALD_DATABASE_URL"), "with --target, table mode: the database the node streams; env HERALD_DATABASE_URL")
 	if err := fs.Parse(args); err != nil {
@@ -114,7 +142,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageError{err.Error()}
 		}
 	}
-	if *target == "" && (cfg.ServerPID != 0 || cfg.APIKey != "") {
+	var targets []string
+	if *target != "" {
+		targets = strings.Split(*target, ",")
+	}
+	if *target == "" && (len(cfg.ServerPIDs) != 0 || cfg.APIKey != "") {
 		return usageError{"--pid and --api-key go with --target; without it herald bench starts and measures its own node"}
 	}
 	if *target != "" && *nodeBinary != "" {
@@ -123,8 +155,23 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *tenants < 0 || *tenants > 0 && (cfg.Table == "" || *target != "") {
 		return usageError{"--policy goes with --table, on a node herald bench starts (it makes the node's token secret)"}
 	}
-	if *idle && (cfg.Table != "" || *target != "" && cfg.ServerPID == 0) {
+	if *idle && (cfg.Table != "" || *target != "" && len(cfg.ServerPIDs) == 0) {
 		return usageError{"--idle subscribes to a channel and measures the node's process: not with --table, and --target needs --pid"}
+	}
+	if *nodes < 1 || *nodes > 1 && *target != "" {
+		return usageError{"--nodes starts that many nodes (at least 1); with --target, list the running nodes' URLs instead"}
+	}
+	if *nodes > 1 && cfg.RedisURL == "" {
+		return usageError{"--nodes above 1 needs --redis-url: the nodes share their state through Redis"}
+	}
+	if *idle && (*nodes > 1 || len(targets) > 1 || cfg.RedisURL != "") {
+		return usageError{"--idle measures one node: not with --nodes, several targets or --redis-url"}
+	}
+	if *tenants > 0 && *nodes > 1 {
+		return usageError{"--policy measures one node: not with --nodes"}
+	}
+	if cfg.PublishVia != bench.PublishRoundRobin && cfg.PublishVia != bench.PublishFirst {
+		return usageError{fmt.Sprintf("--publish %s: want round-robin or first", cfg.PublishVia)}
 	}
 
 	// Every subscriber holds a descriptor here and one in the node (which inherits this limit).
@@ -135,10 +182,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	if *target != "" {
-		if !*allowRemote && !bench.IsLoopback(*target) {
-			return usageError{fmt.Sprintf("--target %s is not on this machine; pass --allow-remote to load another host", *target)}
+		for _, t := range targets {
+			if !*allowRemote && !bench.IsLoopback(t) {
+				return usageError{fmt.Sprintf("--target %s is not on this machine; pass --allow-remote to load another host", t)}
+			}
 		}
-		cfg.URL = *target
+		cfg.URLs = targets
 		if cfg.Table != "" && cfg.DatabaseURL != "" {
 			table, _ := bench.ParseTable(cfg.Table)
 			if err := bench.CreateTable(ctx, cfg.DatabaseURL, table); err != nil {
@@ -153,7 +202,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *nodeBinary != "" {
 			exe = *nodeBinary
 		}
-		nc := bench.NodeConfig{Binary: exe, Table: cfg.Table, MaxConnections: cfg.Subs + 1000}
+		nc := bench.NodeConfig{Binary: exe, Table: cfg.Table, MaxConnections: cfg.Subs + 1000, RedisURL: cfg.RedisURL}
+		if cfg.RedisURL != "" {
+			nc.RedisPrefix = "herald-bench-" + bench.RandomID()
+		}
 		if *tenants > 0 {
 			nc.RowRule, nc.Secret = bench.PolicyRowRule, bench.PolicySecret()
 			if cfg.Tokens, err = bench.PolicyTokens(nc.Secret, *tenants); err != nil {
@@ -166,11 +218,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			nc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
 		what := "a node"
+		if *nodes > 1 {
+			what = fmt.Sprintf("%d nodes", *nodes)
+		}
+		if cfg.RedisURL != "" {
+			what += " sharing Redis (keys under " + nc.RedisPrefix + ")"
+		}
 		if cfg.Table != "" {
-			what = "a private PostgreSQL and a node streaming " + cfg.Table
+			what = "a private PostgreSQL and " + what + " streaming " + cfg.Table
 		}
 		fmt.Fprintf(stderr, "herald bench: starting %s ...\n", what)
-		node, err := bench.StartNode(ctx, nc)
+		started, err := bench.StartNodes(ctx, nc, *nodes)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -180,12 +238,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := node.Stop(sctx); err != nil {
-				fmt.Fprintf(stderr, "herald bench: stop the node: %v\n", err)
+			if err := bench.StopNodes(sctx, started); err != nil {
+				fmt.Fprintf(stderr, "herald bench: stop the nodes: %v\n", err)
 			}
 		}()
-		cfg.URL, cfg.APIKey, cfg.DatabaseURL, cfg.ServerPID = node.URL, node.APIKey, node.DatabaseURL, node.PID
-		fmt.Fprintf(stderr, "herald bench: node pid %d on %s\n", node.PID, node.URL)
+		for _, node := range started {
+			cfg.URLs = append(cfg.URLs, node.URL)
+			cfg.ServerPIDs = append(cfg.ServerPIDs, node.PID)
+			fmt.Fprintf(stderr, "herald bench: node pid %d on %s\n", node.PID, node.URL)
+		}
+		cfg.APIKey, cfg.DatabaseURL = started[0].APIKey, started[0].DatabaseURL
+	}
+	if len(cfg.URLs) > 0 {
+		cfg.URL = cfg.URLs[0]
+	}
+	if len(cfg.ServerPIDs) > 0 {
+		cfg.ServerPID = cfg.ServerPIDs[0]
 	}
 	if *idle {
 		return runIdle(ctx, bench.IdleConfig{URL: cfg.URL, Token: cfg.Token, Transport: cfg.Transport, Subs: cfg.Subs, Channel: cfg.Channel,
@@ -217,6 +285,32 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return err
+}
+
+// intList is a flag of comma-separated whole numbers.
+type intList struct{ v *[]int }
+
+func (l intList) String() string {
+	if l.v == nil {
+		return ""
+	}
+	s := make([]string, len(*l.v))
+	for k, n := range *l.v {
+		s[k] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l intList) Set(s string) error {
+	*l.v = (*l.v)[:0]
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q: want process ids, comma-separated", s)
+		}
+		*l.v = append(*l.v, n)
+	}
+	return nil
 }
 
 func runIdle(ctx context.Context, cfg bench.IdleConfig, asJSON bool, stdout io.Writer) error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/heraldrt/herald/internal/bench"
+	"github.com/heraldrt/herald/internal/testenv"
 )
 
 // TestBenchStartsItsOwnNode runs herald bench as a person would: it starts herald serve as a
@@ -78,6 +79,13 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "--idle", "--table", "public.t"}, "not with --table"},
 		{[]string{"bench", "--idle", "--target", "http://127.0.0.1:1"}, "--target needs --pid"},
 		{[]string{"bench", "--target", "http://127.0.0.1:1", "--node-binary", "/bin/true"}, "give one of them"},
+		{[]string{"bench", "--nodes", "3"}, "needs --redis-url"},
+		{[]string{"bench", "--nodes", "0"}, "at least 1"},
+		{[]string{"bench", "--nodes", "2", "--target", "http://127.0.0.1:1", "--redis-url", "redis://127.0.0.1:1"}, "list the running nodes"},
+		{[]string{"bench", "--target", "http://127.0.0.1:1,http://10.1.2.3:8080"}, "--allow-remote"},
+		{[]string{"bench", "--idle", "--target", "http://127.0.0.1:1,http://127.0.0.1:2", "--pid", "1,2"}, "measures one node"},
+		{[]string{"bench", "--target", "http://127.0.0.1:1", "--pid", "1,x"}, "process ids"},
+		{[]string{"bench", "--publish", "random"}, "round-robin or first"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -89,5 +97,32 @@ func TestBenchUsage(t *testing.T) {
 				t.Errorf("stderr %q lacks %q", errOut.String(), tt.stderr)
 			}
 		})
+	}
+}
+
+// TestBenchSeveralNodes runs herald bench --nodes 2 on the private Redis: two herald serve
+// children sharing it, the subscribers spread over them, the CPU of both measured, and Redis's
+// counters read around the run.
+func TestBenchSeveralNodes(t *testing.T) {
+	redisURL := testenv.RedisURL(t)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(herald(t), "bench", "--nodes", "2", "--redis-url", redisURL, "--redis-idle", "300ms", "--warm-up",
+		"--subs", "4", "--events", "50", "--json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("herald bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var r bench.Report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("stdout is not one JSON report: %v\n%s", err, stdout.String())
+	}
+	if r.Received != 200 || r.Stopped != bench.StoppedDone || len(r.URLs) != 2 || len(r.ServerPIDs) != 2 || len(r.ServerCPUSecondsByNode) != 2 {
+		t.Errorf("report %+v: want 200 received, done, over 2 nodes and 2 measured processes", r)
+	}
+	if r.Redis == nil || r.Redis.Run.Scripts < 50 || r.ClusterItemsSent["channel"] != 50 {
+		t.Errorf("redis %+v, items sent %v: want at least 50 script calls and 50 channel items between the nodes", r.Redis, r.ClusterItemsSent)
+	}
+	if strings.Count(stderr.String(), "node pid") != 2 {
+		t.Errorf("stderr lacks the two nodes' pids:\n%s", stderr.String())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,10 +26,22 @@ const (
 	TransportSSE       = "sse"
 )
 
+// Where channel mode publishes when there are several nodes.
+const (
+	PublishRoundRobin = "round-robin" // event i through node i mod n, as a load balancer spreads them
+	PublishFirst      = "first"       // every event through the first node
+)
+
 // Config is one bench run. The zero value of each optional field means its default.
 type Config struct {
 	// URL is the node's base URL: http://host:port (ws:// works too).
 	URL string
+	// URLs, when set, are several nodes' base URLs (URL empty, or the first of them):
+	// subscriber i connects to URLs[i mod len(URLs)], and channel mode publishes as PublishVia
+	// says. The nodes must share a Redis for every subscriber to get every event.
+	URLs []string
+	// PublishVia, with several nodes, is PublishRoundRobin (default) or PublishFirst.
+	PublishVia string
 	// Token is sent by every subscriber; empty connects anonymously.
 	Token string
 	// Tenants, in table mode, spreads the rows over this many organisations (org_id org_0,
@@ -76,6 +89,21 @@ type Config struct {
 	// ServerPID is the node's process, to read its CPU time and memory from /proc; 0 leaves
 	// them out of the report.
 	ServerPID int
+	// ServerPIDs, when set, are the nodes' processes (ServerPID 0, or the first of them): their
+	// CPU times and memory are summed.
+	ServerPIDs []int
+	// RedisURL, when set, is the one Redis server the nodes share (redis://host:port, not a
+	// Cluster): its INFO counters are read over a quiet window of RedisIdle before the first
+	// event and over the run, for the commands, bytes and CPU time it spends per event.
+	RedisURL string
+	// RedisIdle is that quiet window. Default 2s.
+	RedisIdle time.Duration
+	// WarmUp, once the subscribers are connected and before anything is measured, produces one
+	// event without a send time through each node channel mode publishes through (a row, in
+	// table mode), and waits a second: each producing node's first look-up of the nodes that
+	// hold the subscriptions, which reads every subscription's row from Redis, is then not
+	// counted in the run. The subscribers count what it produced as unmarked frames.
+	WarmUp bool
 	// Progress receives a line a second while events flow; nil: none.
 	Progress io.Writer
 }
@@ -105,17 +133,55 @@ func (c Config) withDefaults() Config {
 	if c.DialConcurrency <= 0 {
 		c.DialConcurrency = 64
 	}
+	if len(c.URLs) == 0 && c.URL != "" {
+		c.URLs = []string{c.URL}
+	}
+	if len(c.URLs) > 0 && c.URL == "" {
+		c.URL = c.URLs[0]
+	}
+	if c.PublishVia == "" {
+		c.PublishVia = PublishRoundRobin
+	}
+	if len(c.ServerPIDs) == 0 && c.ServerPID > 0 {
+		c.ServerPIDs = []int{c.ServerPID}
+	}
+	if len(c.ServerPIDs) > 0 && c.ServerPID == 0 {
+		c.ServerPID = c.ServerPIDs[0]
+	}
+	if c.RedisIdle <= 0 {
+		c.RedisIdle = 2 * time.Second
+	}
 	return c
+}
+
+// publishTo is where channel mode publishes: every node in turn, or the first.
+func (c Config) publishTo() []string {
+	if c.PublishVia == PublishFirst {
+		return c.URLs[:1]
+	}
+	return c.URLs
 }
 
 // Validate reports a Config Run cannot use.
 func (c Config) Validate() error {
-	c = c.withDefaults()
 	var errs []error
+	if len(c.URLs) > 0 && c.URL != "" && c.URL != c.URLs[0] {
+		errs = append(errs, errors.New("bench: URL and URLs name different first nodes: give URLs alone"))
+	}
+	if len(c.ServerPIDs) > 0 && c.ServerPID != 0 && c.ServerPID != c.ServerPIDs[0] {
+		errs = append(errs, errors.New("bench: ServerPID and ServerPIDs name different first processes: give ServerPIDs alone"))
+	}
+	c = c.withDefaults()
 	if c.URL == "" {
 		errs = append(errs, errors.New("bench: URL is required"))
-	} else if _, err := client.Endpoint(c.URL, "/"); err != nil {
-		errs = append(errs, err)
+	}
+	for _, u := range c.URLs {
+		if _, err := client.Endpoint(u, "/"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.PublishVia != PublishRoundRobin && c.PublishVia != PublishFirst {
+		errs = append(errs, fmt.Errorf("bench: publish via %q: want %s or %s", c.PublishVia, PublishRoundRobin, PublishFirst))
 	}
 	if c.Transport != TransportWebSocket && c.Transport != TransportSSE {
 		errs = append(errs, fmt.Errorf("bench: transport %q: want ws or sse", c.Transport))
@@ -163,6 +229,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Mode: "channel", Transport: cfg.Transport, URL: cfg.URL, Subscribers: cfg.Subs,
 		Events: cfg.Events, Rate: cfg.Rate, ServerPID: cfg.ServerPID, LoadStart: loadAverage(),
 	}
+	if len(cfg.URLs) > 1 {
+		r.URLs = cfg.URLs
+	}
+	if len(cfg.ServerPIDs) > 1 {
+		r.ServerPIDs = cfg.ServerPIDs
+	}
 	spec := subSpec{table: cfg.Table, filter: cfg.Filter, channel: cfg.Channel, token: cfg.Token}
 	var snd sender
 	if cfg.Table != "" {
@@ -173,8 +245,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		snd = &writer{dbURL: cfg.DatabaseURL, table: table, updates: cfg.Updates, tenants: cfg.Tenants}
 	} else {
+		if len(cfg.URLs) > 1 {
+			r.PublishVia = cfg.PublishVia
+		}
 		snd = &publisher{hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Publishers}},
-			base: cfg.URL, apiKey: cfg.APIKey, channel: cfg.Channel, workers: cfg.Publishers}
+			bases: cfg.publishTo(), apiKey: cfg.APIKey, channel: cfg.Channel, workers: cfg.Publishers}
 	}
 	r.Target = r.Mode + " " + cfg.Table + cfg.Channel
 
@@ -183,22 +258,59 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.Target += fmt.Sprintf(" under a row rule, %d organisations", cfg.Tenants)
 		spec.token = cfg.Tokens[0]
 	}
-	if cfg.Table != "" {
-		if err := warmUp(ctx, cfg, spec); err != nil {
+	var probe *redisProbe
+	if cfg.RedisURL != "" {
+		var err error
+		if probe, err = dialRedisProbe(ctx, cfg.RedisURL); err != nil {
 			return nil, err
 		}
+		defer probe.close()
 	}
-	before := r.sample(cfg.ServerPID)
-	subs, err := connect(ctx, cfg, spec)
+	if cfg.Table != "" {
+		for _, u := range cfg.URLs {
+			if err := warmUp(ctx, cfg, u, spec); err != nil {
+				return nil, err
+			}
+		}
+	}
+	before := r.sample(cfg.ServerPIDs)
+	subs, byNode, err := connect(ctx, cfg, spec)
 	r.Connected = len(subs)
+	if len(cfg.URLs) > 1 {
+		r.ConnectedByNode = byNode
+	}
 	if err != nil {
 		closeAll(subs)
 		return nil, err
 	}
+	if cfg.WarmUp {
+		if r.WarmUpEvents, err = warmUpRoutes(ctx, cfg); err != nil {
+			closeAll(subs)
+			return nil, err
+		}
+		time.Sleep(time.Second)
+	}
 	// The memory of the connections, not of a collection that has not run yet: a moment for
 	// the server to settle.
 	time.Sleep(200 * time.Millisecond)
-	connected := r.sample(cfg.ServerPID)
+	var idleStart, runStart redisSample
+	var items clusterCounters
+	if probe != nil {
+		// What Redis does with nothing flowing, to take off the run's figures; then the items
+		// between the nodes, whose counters start the run.
+		if idleStart, err = probe.sample(); err == nil {
+			time.Sleep(cfg.RedisIdle)
+			runStart, err = probe.sample()
+		}
+		if err == nil {
+			items, err = readClusterCounters(ctx, cfg.URLs)
+		}
+		if err != nil {
+			closeAll(subs)
+			return nil, err
+		}
+	}
+	connected := r.sample(cfg.ServerPIDs)
 
 	var (
 		t      tally
@@ -233,7 +345,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		<-sendErr
 	}
 	end := time.Now()
-	after := r.sample(cfg.ServerPID)
+	after := r.sample(cfg.ServerPIDs)
+	var runEnd redisSample
+	var itemsEnd clusterCounters
+	var probeErr error
+	if probe != nil {
+		if runEnd, probeErr = probe.sample(); probeErr == nil {
+			itemsEnd, probeErr = readClusterCounters(context.WithoutCancel(ctx), cfg.URLs)
+		}
+	}
 	closeAll(subs)
 	wg.Wait()
 
@@ -246,6 +366,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.fill(&t, sent.sent.Load(), start, before, connected, after)
 	if cfg.Table == "" {
 		r.PublishMS = sent.answer.latency()
+	} else {
+		r.Transactions = sent.transactions.Load()
 	}
 	r.Abandoned = sent.issued.Load() - sent.sent.Load()
 	if cfg.Filter != nil {
@@ -256,31 +378,45 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		// Tenants divides both the events and the subscribers.
 		r.Expected /= int64(cfg.Tenants)
 	}
+	if probe != nil && probeErr == nil {
+		r.Redis = newRedisReport(window(idleStart, runStart), window(runStart, runEnd), r.Sent, r.Received)
+		if items.ok && itemsEnd.ok {
+			r.ClusterItemsSent, r.ClusterItemsReceived = itemsEnd.sub(items)
+		}
+	}
 	r.Ended = ends
 	r.LoadEnd = loadAverage()
+	if err == nil {
+		err = probeErr
+	}
 	return r, err
 }
 
-// connect opens cfg.Subs subscriptions, DialConcurrency at a time. On error it returns those
+// connect opens cfg.Subs subscriptions, DialConcurrency at a time, subscriber i to node
+// i mod len(cfg.URLs); it returns them and how many each node took. On error it returns those
 // it opened, for the caller to close.
-func connect(ctx context.Context, cfg Config, spec subSpec) ([]subscriber, error) {
+func connect(ctx context.Context, cfg Config, spec subSpec) ([]subscriber, []int, error) {
 	hc := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: -1, // every connection is a stream or an upgrade: none idles
 		DisableCompression:  true,
 	}}
-	endpoint, err := client.Endpoint(cfg.URL, "/v1/ws")
-	if err != nil {
-		return nil, err
-	}
-	if _, err := sseURL(httpBase(cfg.URL), spec); err != nil {
-		return nil, err
+	endpoints := make([]string, len(cfg.URLs))
+	for k, u := range cfg.URLs {
+		var err error
+		if endpoints[k], err = client.Endpoint(u, "/v1/ws"); err != nil {
+			return nil, nil, err
+		}
+		if _, err := sseURL(httpBase(u), spec); err != nil {
+			return nil, nil, err
+		}
 	}
 	var (
-		mu    sync.Mutex
-		subs  = make([]subscriber, 0, cfg.Subs) // guarded by mu
-		first error                             // guarded by mu
-		sem   = make(chan struct{}, cfg.DialConcurrency)
-		wg    sync.WaitGroup
+		mu     sync.Mutex
+		subs   = make([]subscriber, 0, cfg.Subs) // guarded by mu
+		byNode = make([]int, len(cfg.URLs))      // guarded by mu
+		first  error                             // guarded by mu
+		sem    = make(chan struct{}, cfg.DialConcurrency)
+		wg     sync.WaitGroup
 	)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(cfg.Subs)*5*time.Millisecond)
 	defer cancel()
@@ -302,11 +438,12 @@ func connect(ctx context.Context, cfg Config, spec subSpec) ([]subscriber, error
 			if len(cfg.Tokens) > 0 {
 				spec.token = cfg.Tokens[i%len(cfg.Tokens)]
 			}
+			node := i % len(cfg.URLs)
 			if cfg.Transport == TransportSSE {
-				streamURL, _ := sseURL(httpBase(cfg.URL), spec) // checked above, with another token
+				streamURL, _ := sseURL(httpBase(cfg.URLs[node]), spec) // checked above, with another token
 				s, err = dialSSE(ctx, hc, streamURL)
 			} else {
-				s, err = dialWS(ctx, hc, endpoint, spec)
+				s, err = dialWS(ctx, hc, endpoints[node], spec)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -318,21 +455,22 @@ func connect(ctx context.Context, cfg Config, spec subSpec) ([]subscriber, error
 				return
 			}
 			subs = append(subs, s)
+			byNode[node]++
 		}()
 	}
 	wg.Wait()
 	if first == nil && ctx.Err() != nil {
 		first = fmt.Errorf("connect %d subscribers: %w", cfg.Subs, ctx.Err())
 	}
-	return subs, first
+	return subs, byNode, first
 }
 
-// warmUp waits until a subscription to the table succeeds. A node whose changefeed has routed
-// no transaction yet has no position to start a subscription at, and answers subscribed
-// without one; then warmUp commits one row without a send time, before any subscriber
-// connects, and waits for the node to route it.
-func warmUp(ctx context.Context, cfg Config, spec subSpec) error {
-	endpoint, err := client.Endpoint(cfg.URL, "/v1/ws")
+// warmUp waits until a subscription to the table on the node at url succeeds. A node whose
+// changefeed has routed no transaction yet has no position to start a subscription at, and
+// answers subscribed without one; then warmUp commits one row without a send time, before any
+// subscriber connects, and waits for the node to route it.
+func warmUp(ctx context.Context, cfg Config, url string, spec subSpec) error {
+	endpoint, err := client.Endpoint(url, "/v1/ws")
 	if err != nil {
 		return err
 	}
@@ -371,6 +509,24 @@ func warmUp(ctx context.Context, cfg Config, spec subSpec) error {
 	}
 }
 
+// warmUpRoutes produces Config.WarmUp's events and returns how many: a publication through
+// each node the run publishes through, or one row.
+func warmUpRoutes(ctx context.Context, cfg Config) (int, error) {
+	if cfg.Table != "" {
+		return 1, writeWarmUp(ctx, cfg)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	to := cfg.publishTo()
+	for _, base := range to {
+		pub := client.Publication{Channel: cfg.Channel, Data: json.RawMessage(`{"warm_up":true}`)}
+		if _, err := client.PublishHTTP(ctx, hc, base, cfg.APIKey, pub); err != nil {
+			return 0, fmt.Errorf("warm-up publication through %s: %w", base, err)
+		}
+	}
+	return len(to), nil
+}
+
+// writeWarmUp commits one row without a send time.
 func writeWarmUp(ctx context.Context, cfg Config) error {
 	table, err := ParseTable(cfg.Table)
 	if err != nil {
@@ -381,6 +537,10 @@ func writeWarmUp(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("connect to the bench database: %w", err)
 	}
 	defer conn.Close(context.Background())
+	// Flushed at commit, so the changefeed sees it now (see writer.send).
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		return fmt.Errorf("write to %s: %w", table.Sanitize(), err)
+	}
 	if _, err := conn.Exec(ctx, "INSERT INTO "+table.Sanitize()+" (org_id) VALUES ('warm-up')"); err != nil {
 		return fmt.Errorf("write to %s: %w", table.Sanitize(), err)
 	}
@@ -497,19 +657,28 @@ type Report struct {
 	Rate        float64 `json:"rate"` // asked for; 0: as fast as possible
 	Stopped     Stopped `json:"stopped"`
 
+	// With several nodes: their URLs, the subscribers connected to each (in turn), and where
+	// channel mode published.
+	URLs            []string `json:"urls,omitempty"`
+	ConnectedByNode []int    `json:"connected_by_node,omitempty"`
+	PublishVia      string   `json:"publish_via,omitempty"`
+
 	Sent int64 `json:"sent"`
 	// Abandoned are events issued but not confirmed when the run stopped at its cap: the
 	// server may have delivered them, beyond Expected.
 	Abandoned   int64   `json:"abandoned,omitempty"`
 	SendSeconds float64 `json:"send_seconds"` // from the first event to the last one sent
 	SentPerSec  float64 `json:"sent_per_second"`
-	RunSeconds  float64 `json:"run_seconds"` // from the first event to the end of the run, drain included
+	// Transactions (table mode) are the transactions the events were committed in.
+	Transactions int64   `json:"transactions,omitempty"`
+	RunSeconds   float64 `json:"run_seconds"` // from the first event to the end of the run, drain included
 
 	Expected            int64   `json:"expected"`          // sent x subscribers (/ tenants in policy mode); 0 with a filter
 	Tenants             int     `json:"tenants,omitempty"` // policy mode: the organisations the subscribers and rows are spread over
 	Received            int64   `json:"received"`
-	Unmarked            int64   `json:"unmarked,omitempty"` // data frames without a send time
-	Seconds             float64 `json:"seconds"`            // from the first event to the last receipt
+	Unmarked            int64   `json:"unmarked,omitempty"`       // data frames without a send time
+	WarmUpEvents        int     `json:"warm_up_events,omitempty"` // produced by Config.WarmUp, unmarked
+	Seconds             float64 `json:"seconds"`                  // from the first event to the last receipt
 	DeliveriesPerSecond float64 `json:"deliveries_per_second"`
 	Resyncs             int64   `json:"resyncs"`
 	Lost                int64   `json:"lost"` // items the resyncs said were lost
@@ -521,10 +690,14 @@ type Report struct {
 	// PublishMS is how long POST /v1/publish took to answer (channel mode): its round trip.
 	PublishMS *Latency `json:"publish_ms,omitempty"`
 
-	ServerPID               int     `json:"server_pid,omitempty"`
-	ServerCPUSeconds        float64 `json:"server_cpu_seconds"`         // over RunSeconds
-	ServerCPUPercent        float64 `json:"server_cpu_percent"`         // of one core, over RunSeconds
-	ServerCPUConnectSeconds float64 `json:"server_cpu_connect_seconds"` // opening the connections
+	ServerPID int `json:"server_pid,omitempty"`
+	// ServerPIDs, with several nodes, are their processes; the CPU and memory figures below are
+	// their sums, and ServerCPUSecondsByNode each one's CPU time over the run.
+	ServerPIDs              []int     `json:"server_pids,omitempty"`
+	ServerCPUSecondsByNode  []float64 `json:"server_cpu_seconds_by_node,omitempty"`
+	ServerCPUSeconds        float64   `json:"server_cpu_seconds"`         // over RunSeconds
+	ServerCPUPercent        float64   `json:"server_cpu_percent"`         // of one core, over RunSeconds
+	ServerCPUConnectSeconds float64   `json:"server_cpu_connect_seconds"` // opening the connections
 	// ServerCPUPerDeliveryMicros is ServerCPUSeconds over Received, in µs: what the node spent
 	// per delivery, publishing and connection upkeep included. 0 when either is unknown.
 	ServerCPUPerDeliveryMicros float64 `json:"server_cpu_us_per_delivery"`
@@ -533,6 +706,14 @@ type Report struct {
 	ServerRSSEndBytes          int64   `json:"server_rss_end_bytes"`
 	RSSPerConnBytes            int64   `json:"rss_per_conn_bytes"`
 	ClientCPUSeconds           float64 `json:"client_cpu_seconds"` // this process, over RunSeconds
+
+	// Redis is what the Redis the nodes share did over the run (Config.RedisURL).
+	Redis *RedisReport `json:"redis,omitempty"`
+	// ClusterItemsSent and ClusterItemsReceived are the items that crossed between the nodes
+	// over the run, by kind, summed over the nodes' herald_cluster_items_sent_total (one per
+	// item and destination) and herald_cluster_items_received_total. With Config.RedisURL.
+	ClusterItemsSent     map[string]int64 `json:"cluster_items_sent,omitempty"`
+	ClusterItemsReceived map[string]int64 `json:"cluster_items_received,omitempty"`
 
 	LoadStart string `json:"load_average_start"`
 	LoadEnd   string `json:"load_average_end"`
@@ -548,23 +729,36 @@ type Latency struct {
 	Mean float64 `json:"mean"`
 }
 
-// sample is the server's CPU and memory, and this process's CPU, at one moment.
+// sample is the servers' CPU and memory, and this process's CPU, at one moment.
 type sample struct {
-	serverCPU time.Duration
-	rss       int64
+	serverCPU []time.Duration // by server process
+	rss       int64           // summed over the server processes
 	clientCPU time.Duration
 	ok        bool
 }
 
-func (r *Report) sample(pid int) sample {
-	s := sample{clientCPU: selfCPU()}
-	if pid <= 0 {
-		return s
+func (r *Report) sample(pids []int) sample {
+	s := sample{clientCPU: selfCPU(), ok: len(pids) > 0}
+	for _, pid := range pids {
+		cpu, err1 := procCPU(pid)
+		rss, err2 := procRSS(pid)
+		s.serverCPU = append(s.serverCPU, cpu)
+		s.rss += rss
+		s.ok = s.ok && err1 == nil && err2 == nil
 	}
-	cpu, err1 := procCPU(pid)
-	rss, err2 := procRSS(pid)
-	s.serverCPU, s.rss, s.ok = cpu, rss, err1 == nil && err2 == nil
 	return s
+}
+
+// cpuSince is the servers' CPU time between an earlier sample and this one: summed, and by
+// process.
+func (s sample) cpuSince(earlier sample) (time.Duration, []time.Duration) {
+	var sum time.Duration
+	by := make([]time.Duration, len(s.serverCPU))
+	for k := range s.serverCPU {
+		by[k] = s.serverCPU[k] - earlier.serverCPU[k]
+		sum += by[k]
+	}
+	return sum, by
 }
 
 func (r *Report) fill(t *tally, sent int64, start time.Time, before, connected, after sample) {
@@ -585,8 +779,15 @@ func (r *Report) fill(t *tally, sent int64, start time.Time, before, connected, 
 	r.LatencyMS = *t.latency.latency()
 	r.ClientCPUSeconds = (after.clientCPU - connected.clientCPU).Seconds()
 	if before.ok && connected.ok && after.ok {
-		r.ServerCPUConnectSeconds = (connected.serverCPU - before.serverCPU).Seconds()
-		r.ServerCPUSeconds = (after.serverCPU - connected.serverCPU).Seconds()
+		connecting, _ := connected.cpuSince(before)
+		running, byNode := after.cpuSince(connected)
+		r.ServerCPUConnectSeconds = connecting.Seconds()
+		r.ServerCPUSeconds = running.Seconds()
+		if len(byNode) > 1 {
+			for _, d := range byNode {
+				r.ServerCPUSecondsByNode = append(r.ServerCPUSecondsByNode, d.Seconds())
+			}
+		}
 		if r.RunSeconds > 0 {
 			r.ServerCPUPercent = 100 * r.ServerCPUSeconds / r.RunSeconds
 		}
@@ -612,6 +813,16 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "herald bench: %s, %d %s subscribers (%d connected), %d events %s; stopped: %s\n",
 		r.Target, r.Subscribers, tr, r.Connected, r.Events, rate, r.Stopped)
+	if len(r.URLs) > 1 {
+		fmt.Fprintf(w, "  nodes        %d, subscribers in turn (%s connected)", len(r.URLs), joinInts(r.ConnectedByNode, ", "))
+		switch r.PublishVia {
+		case PublishRoundRobin:
+			fmt.Fprint(w, "; publishing through each in turn")
+		case PublishFirst:
+			fmt.Fprint(w, "; publishing through the first")
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "  sent         %d in %.1f s (%.0f/s)", r.Sent, r.SendSeconds, r.SentPerSec)
 	if r.Abandoned > 0 {
 		fmt.Fprintf(w, "; %d more in flight when the run stopped, not counted", r.Abandoned)
@@ -634,6 +845,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  resyncs      %d (lost %d)  error frames %d", r.Resyncs, r.Lost, r.ErrorFrames)
 	if r.Unmarked > 0 {
 		fmt.Fprintf(w, "  other data frames %d", r.Unmarked)
+		if r.WarmUpEvents > 0 {
+			fmt.Fprintf(w, " (the warm-up's %d event(s) among them)", r.WarmUpEvents)
+		}
 	}
 	fmt.Fprintln(w)
 	if len(r.Ended) > 0 {
@@ -644,15 +858,73 @@ func (r *Report) WriteText(w io.Writer) {
 		sort.Strings(ks)
 		fmt.Fprintf(w, "  ended early  %s\n", strings.Join(ks, ", "))
 	}
-	if r.ServerPID > 0 {
+	switch {
+	case len(r.ServerPIDs) > 1:
+		by := make([]string, len(r.ServerCPUSecondsByNode))
+		for k, c := range r.ServerCPUSecondsByNode {
+			by[k] = fmt.Sprintf("%.2f", c)
+		}
+		fmt.Fprintf(w, "  servers      pids %s: cpu %.2f s (%s) over the %.1f s run (%.0f%% of one core), %.2f s to connect\n",
+			joinInts(r.ServerPIDs, ", "), r.ServerCPUSeconds, strings.Join(by, " + "), r.RunSeconds, r.ServerCPUPercent, r.ServerCPUConnectSeconds)
+		fmt.Fprintf(w, "               cpu %.2f µs per delivery, all of them\n", r.ServerCPUPerDeliveryMicros)
+		fmt.Fprintf(w, "               rss %s idle, %s connected, %s at the end, all of them: %s per connection\n",
+			mib(r.ServerRSSIdleBytes), mib(r.ServerRSSConnectedBytes), mib(r.ServerRSSEndBytes), kib(r.RSSPerConnBytes))
+	case r.ServerPID > 0:
 		fmt.Fprintf(w, "  server       pid %d: cpu %.2f s over the %.1f s run (%.0f%% of one core), %.2f s to connect\n",
 			r.ServerPID, r.ServerCPUSeconds, r.RunSeconds, r.ServerCPUPercent, r.ServerCPUConnectSeconds)
 		fmt.Fprintf(w, "               cpu %.2f µs per delivery\n", r.ServerCPUPerDeliveryMicros)
 		fmt.Fprintf(w, "               rss %s idle, %s connected, %s at the end: %s per connection\n",
 			mib(r.ServerRSSIdleBytes), mib(r.ServerRSSConnectedBytes), mib(r.ServerRSSEndBytes), kib(r.RSSPerConnBytes))
 	}
+	if x := r.Redis; x != nil {
+		event := "publication"
+		if r.Mode == "table" {
+			event = "change"
+		}
+		fmt.Fprintf(w, "  redis        per %s: %.2f commands (%.2f of them scripts), %.0f B in, %.0f B out; cpu %.2f µs per delivery\n",
+			event, x.CommandsPerEvent, x.ScriptsPerEvent, x.InputBytesPerEvent, x.OutputBytesPerEvent, x.CPUMicrosPerDelivery)
+		if r.Transactions > 0 {
+			per := float64(r.Sent) / float64(r.Transactions)
+			fmt.Fprintf(w, "               per transaction (%.1f changes): %.2f commands, %.0f B in, %.0f B out\n",
+				per, per*x.CommandsPerEvent, per*x.InputBytesPerEvent, per*x.OutputBytesPerEvent)
+		}
+		fmt.Fprintf(w, "               by command, per %s: %s\n", event, topCommands(x.ByCommandPerEvent, 8, func(v float64) string { return fmt.Sprintf("%.2f", v) }))
+		fmt.Fprintf(w, "               over the run: %d commands, %d B in, %d B out in %.1f s; idle beforehand: %d commands in %.1f s (its rate taken off the figures per %s)\n",
+			x.Run.Commands, x.Run.InputBytes, x.Run.OutputBytes, x.Run.Seconds, x.Idle.Commands, x.Idle.Seconds, event)
+	}
+	if len(r.ClusterItemsSent) > 0 || len(r.ClusterItemsReceived) > 0 {
+		fmt.Fprintf(w, "  between nodes items sent %s; received %s\n", kinds(r.ClusterItemsSent, r.Sent), kinds(r.ClusterItemsReceived, r.Sent))
+	}
 	fmt.Fprintf(w, "  client       cpu %.2f s over the run (this process: subscribers and sender)\n", r.ClientCPUSeconds)
 	fmt.Fprintf(w, "  load average %s at the start, %s at the end (1, 5, 15 min)\n", r.LoadStart, r.LoadEnd)
+}
+
+// joinInts prints whole numbers with a separator.
+func joinInts(v []int, sep string) string {
+	s := make([]string, len(v))
+	for k, n := range v {
+		s[k] = strconv.Itoa(n)
+	}
+	return strings.Join(s, sep)
+}
+
+// kinds prints counts by kind, each with its share per event.
+func kinds(m map[string]int64, events int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for i, k := range ks {
+		ks[i] = fmt.Sprintf("%s %d", k, m[k])
+		if events > 0 {
+			ks[i] += fmt.Sprintf(" (%.2f per event)", float64(m[k])/float64(events))
+		}
+	}
+	return strings.Join(ks, ", ")
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

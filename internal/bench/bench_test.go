@@ -264,9 +264,9 @@ func TestFillCPUPerDelivery(t *testing.T) {
 	var tl tally
 	tl.received.Store(400_000)
 	start := time.Now()
-	before := sample{serverCPU: 1 * time.Second, rss: 10 << 20, ok: true}
-	connected := sample{serverCPU: 1500 * time.Millisecond, rss: 14 << 20, ok: true}
-	after := sample{serverCPU: 2700 * time.Millisecond, rss: 15 << 20, ok: true}
+	before := sample{serverCPU: []time.Duration{1 * time.Second}, rss: 10 << 20, ok: true}
+	connected := sample{serverCPU: []time.Duration{1500 * time.Millisecond}, rss: 14 << 20, ok: true}
+	after := sample{serverCPU: []time.Duration{2700 * time.Millisecond}, rss: 15 << 20, ok: true}
 
 	r := &Report{Connected: 1000, RunSeconds: 2}
 	r.fill(&tl, 400, start, before, connected, after)
@@ -301,5 +301,40 @@ func TestFillCPUPerDelivery(t *testing.T) {
 	r.fill(&tl2, 1, start, sample{}, sample{}, sample{})
 	if r.ServerCPUPerDeliveryMicros != 0 {
 		t.Errorf("no sample of the node, yet %g µs per delivery", r.ServerCPUPerDeliveryMicros)
+	}
+}
+
+// With several nodes the CPU per delivery is over every node's CPU time: the sum, not one
+// node's, and the memory per connection over the summed memory.
+func TestFillCPUPerDeliverySumsTheNodes(t *testing.T) {
+	var tl tally
+	tl.received.Store(300_000)
+	ms := func(v ...int) []time.Duration {
+		out := make([]time.Duration, len(v))
+		for k, n := range v {
+			out[k] = time.Duration(n) * time.Millisecond
+		}
+		return out
+	}
+	before := sample{serverCPU: ms(100, 200, 300), rss: 30 << 20, ok: true}
+	connected := sample{serverCPU: ms(200, 300, 400), rss: 33 << 20, ok: true}
+	after := sample{serverCPU: ms(500, 700, 900), rss: 34 << 20, ok: true}
+	r := &Report{Connected: 3072, RunSeconds: 2, ServerPID: 1, ServerPIDs: []int{1, 2, 3}, URLs: []string{"a", "b", "c"}, ConnectedByNode: []int{1024, 1024, 1024}}
+	r.fill(&tl, 100, time.Now(), before, connected, after)
+	if got, want := r.ServerCPUSecondsByNode, []float64{0.3, 0.4, 0.5}; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("cpu by node %v, want %v", got, want)
+	}
+	if got, want := r.ServerCPUPerDeliveryMicros, 4.0; got < want-1e-9 || got > want+1e-9 {
+		t.Errorf("cpu per delivery %g µs, want %g (1.2 s over three nodes / 300,000)", got, want)
+	}
+	if r.ServerCPUConnectSeconds < 0.3-1e-9 || r.ServerCPUConnectSeconds > 0.3+1e-9 || r.RSSPerConnBytes != 1024 {
+		t.Errorf("connect cpu %g s, rss per connection %d; want 0.3 s and 1024", r.ServerCPUConnectSeconds, r.RSSPerConnBytes)
+	}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	for _, want := range []string{"pids 1, 2, 3: cpu 1.20 s (0.30 + 0.40 + 0.50)", "cpu 4.00 µs per delivery, all of them", "1024, 1024, 1024 connected"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, text.String())
+		}
 	}
 }

@@ -3,7 +3,10 @@
 // publications through the HTTP API), and reports deliveries per second, send-to-receipt
 // latency, resyncs, and the node's CPU time and memory per connection. Idle measures the other
 // end: what connections that stay subscribed with nothing flowing cost the node, in CPU time,
-// memory and goroutines per connection.
+// memory and goroutines per connection. Over several nodes sharing a Redis, Run spreads the
+// subscribers over them in turn, publishes through each in turn or through the first, sums the
+// nodes' CPU time, and reads the Redis's INFO counters and the nodes' counters of items sent
+// between them, for the cost per event.
 //
 // # Concurrency
 //
@@ -21,4 +24,6 @@
 // ended and every connection is closed. Idle connects, waits for the connections to settle,
 // measures over a fixed window, and likewise closes everything before it returns. StartNode starts the node to measure as a child
 // process (herald serve, and a private PostgreSQL for table mode); Node.Stop ends both.
+// StartNodes starts several sharing a Redis, the first one's PostgreSQL shared, and StopNodes
+// ends them, the first last.
 package bench

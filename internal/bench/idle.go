@@ -148,7 +148,7 @@ func Idle(ctx context.Context, cfg IdleConfig) (*IdleReport, error) {
 
 	progress("herald bench: connecting %d idle %s subscribers ...", cfg.Subs, cfg.Transport)
 	spec := subSpec{channel: cfg.Channel, token: cfg.Token}
-	subs, err := connect(ctx, Config{URL: cfg.URL, Transport: cfg.Transport, Subs: cfg.Subs, DialConcurrency: cfg.DialConcurrency}, spec)
+	subs, _, err := connect(ctx, Config{URLs: []string{cfg.URL}, Transport: cfg.Transport, Subs: cfg.Subs, DialConcurrency: cfg.DialConcurrency}, spec)
 	r.Connected = len(subs)
 	if err != nil {
 		closeAll(subs)

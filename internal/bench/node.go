@@ -47,6 +47,16 @@ type NodeConfig struct {
 	Log io.Writer
 	// Logger receives what the private PostgreSQL does. Nil discards it.
 	Logger *slog.Logger
+
+	// RedisURL, when set, makes the node one of many sharing that Redis (HERALD_REDIS_URL),
+	// its keys under RedisPrefix (HERALD_REDIS_PREFIX; empty: herald's default).
+	RedisURL    string
+	RedisPrefix string
+	// DatabaseURL, with Table, is the database to stream (wal_level=logical) instead of a
+	// private PostgreSQL: StartNodes gives the first node's to the others.
+	DatabaseURL string
+	// APIKey, when set, is the node's API key instead of a fresh one.
+	APIKey string
 }
 
 // Node is a herald serve child process, and the private PostgreSQL it streams from when it
@@ -81,9 +91,12 @@ func StartNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 			_ = n.Stop(context.Background())
 		}
 	}()
-	var key [16]byte
-	_, _ = rand.Read(key[:])
-	n.APIKey = "bench-" + hex.EncodeToString(key[:])
+	n.APIKey = cfg.APIKey
+	if n.APIKey == "" {
+		var key [16]byte
+		_, _ = rand.Read(key[:])
+		n.APIKey = "bench-" + hex.EncodeToString(key[:])
+	}
 	port, err := freePort()
 	if err != nil {
 		return n, err
@@ -101,16 +114,26 @@ func StartNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 	if cfg.Secret != "" {
 		env = append(env, "HERALD_AUTH_SECRETS="+cfg.Secret)
 	}
+	if cfg.RedisURL != "" {
+		// The node advertises its loopback listener, which its peers on this machine reach.
+		env = append(env, "HERALD_REDIS_URL="+cfg.RedisURL)
+		if cfg.RedisPrefix != "" {
+			env = append(env, "HERALD_REDIS_PREFIX="+cfg.RedisPrefix)
+		}
+	}
 	if cfg.Table != "" {
 		table, err := ParseTable(cfg.Table)
 		if err != nil {
 			return n, err
 		}
-		n.db, err = devpg.Start(ctx, devpg.Config{Logger: cfg.Logger})
-		if err != nil {
-			return n, fmt.Errorf("start a private PostgreSQL for table mode: %w", err)
+		n.DatabaseURL = cfg.DatabaseURL
+		if n.DatabaseURL == "" {
+			n.db, err = devpg.Start(ctx, devpg.Config{Logger: cfg.Logger})
+			if err != nil {
+				return n, fmt.Errorf("start a private PostgreSQL for table mode: %w", err)
+			}
+			n.DatabaseURL = n.db.URL()
 		}
-		n.DatabaseURL = n.db.URL()
 		if err := CreateTable(ctx, n.DatabaseURL, table); err != nil {
 			return n, err
 		}
@@ -143,6 +166,40 @@ func StartNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 		return n, err
 	}
 	return n, nil
+}
+
+// StartNodes starts count nodes sharing cfg.RedisURL, one after the other, each returning
+// once it answers /readyz: in table mode the first starts the private PostgreSQL (unless
+// cfg.DatabaseURL names a database), takes the replication slot and leads, and the others
+// stream the same database and follow it. They share the first node's API key. StopNodes stops
+// them.
+func StartNodes(ctx context.Context, cfg NodeConfig, count int) ([]*Node, error) {
+	if count > 1 && cfg.RedisURL == "" {
+		return nil, errors.New("bench: several nodes share their state through Redis: give a Redis URL")
+	}
+	var nodes []*Node
+	for i := 0; i < count; i++ {
+		n, err := StartNode(ctx, cfg)
+		if err != nil {
+			_ = StopNodes(context.Background(), nodes)
+			return nil, fmt.Errorf("node %d of %d: %w", i+1, count, err)
+		}
+		nodes = append(nodes, n)
+		cfg.DatabaseURL, cfg.APIKey = n.DatabaseURL, n.APIKey
+	}
+	return nodes, nil
+}
+
+// StopNodes stops the nodes, the last first, so the first one's private PostgreSQL goes last;
+// it returns the first error.
+func StopNodes(ctx context.Context, nodes []*Node) error {
+	var first error
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if err := nodes[i].Stop(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // parentEnv is this process's environment without HERALD_* variables: herald serve refuses
@@ -279,6 +336,13 @@ func (t *tailBuffer) String() string {
 
 // PolicyRowRule is policy mode's row rule: each subscriber sees its organisation's rows.
 const PolicyRowRule = "row.org_id == auth.org_id"
+
+// RandomID returns 8 random hex digits, e.g. for a Redis key prefix of a run's own.
+func RandomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 // PolicySecret returns a fresh token secret for a node in policy mode.
 func PolicySecret() string {

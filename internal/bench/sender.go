@@ -29,6 +29,8 @@ type sender interface {
 type counts struct {
 	issued atomic.Int64 // handed to the server
 	sent   atomic.Int64 // taken by the server: published, or committed
+	// transactions counts the committed transactions (table mode).
+	transactions atomic.Int64
 	// answer is how long each publish took to be answered (channel mode): the request's round
 	// trip, from before it was sent to its response read.
 	answer histogram
@@ -68,10 +70,10 @@ func sleepUntil(ctx context.Context, stop <-chan struct{}, t time.Time) bool {
 }
 
 // publisher publishes to a channel through the HTTP API, from several workers so one slow
-// request does not hold the schedule up.
+// request does not hold the schedule up. Event i goes to bases[i mod len(bases)].
 type publisher struct {
 	hc      *http.Client
-	base    string
+	bases   []string
 	apiKey  string
 	channel string
 	workers int
@@ -100,7 +102,7 @@ func (p *publisher) send(ctx context.Context, stop <-chan struct{}, n int, rate 
 				sentAt := time.Now()
 				data = channelData(data[:0], sentAt.UnixNano(), i)
 				c.issued.Add(1)
-				_, err := client.PublishHTTP(ctx, p.hc, p.base, p.apiKey, client.Publication{Channel: p.channel, Data: json.RawMessage(data)})
+				_, err := client.PublishHTTP(ctx, p.hc, p.bases[i%len(p.bases)], p.apiKey, client.Publication{Channel: p.channel, Data: json.RawMessage(data)})
 				c.answer.record(time.Since(sentAt))
 				if err != nil {
 					if ctx.Err() == nil {
@@ -251,6 +253,7 @@ func (w *writer) send(ctx context.Context, stop <-chan struct{}, n int, rate flo
 		}
 		done += k
 		c.sent.Add(int64(k))
+		c.transactions.Add(1)
 	}
 	return nil
 }

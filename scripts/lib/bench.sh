@@ -134,7 +134,7 @@ bench_json() {
 bench_jq_defs='
 def median: sort | length as $n | if $n == 0 then null elif $n % 2 == 1 then .[($n - 1) / 2] else (.[$n / 2 - 1] + .[$n / 2]) / 2 end;
 def fmt(d): if . == null then "-" else
-  (. * pow(10; d) | round) as $i | (if $i < 0 then -$i else $i end | tostring) as $s
+  (. * pow(10; d) | round | if . == 0 then 0 else . end) as $i | (if $i < 0 then -$i else $i end | tostring) as $s
   | ([range(0; d + 1 - ($s | length))] | map("0") | join("")) as $z | ($z + $s) as $p
   | (if $i < 0 then "-" else "" end) + (if d == 0 then $p else $p[0:-d] + "." + $p[-d:] end) end;
 def commas: if . == null then "-" else (round | tostring) as $s
