@@ -321,7 +321,7 @@ func scanPubTable(r [][]byte) pubTable {
 type publication struct {
 	name    string
 	exists  bool
-	actions [4]bool              // publishes insert, update, delete, truncate
+	actions [4]bool             // publishes insert, update, delete, truncate
 	tables  map[string]pubTable // by schema.table
 }
 
