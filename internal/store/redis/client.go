@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -72,6 +73,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
+		// url.Error quotes the whole URL, password included: only what it found wrong is kept.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, fmt.Errorf("redis: parse URL: %w", err)
 	}
 	// Client-side caching is not used: every read here must see the latest write.
