@@ -189,6 +189,10 @@ type ChangefeedSection struct {
 	MaxTxnBytes Size `yaml:"max_txn_bytes"`
 	// QueueTxns bounds the committed transactions waiting to be delivered.
 	QueueTxns int `yaml:"queue_txns"`
+	// LagWarnBytes is how much WAL the slot may hold back (from its confirmed position to the
+	// end of the WAL) before `herald doctor` warns: the disk fills with what a stalled slot
+	// holds. Read by doctor only; the server exports the lag as a metric.
+	LagWarnBytes Size `yaml:"lag_warn_bytes"`
 }
 
 // Default returns the configuration of a single node with every default set: in-memory stores,
@@ -237,6 +241,7 @@ func Default() *Config {
 			SilenceTimeout: 30 * time.Second,
 			MaxTxnBytes:    256 * MiB,
 			QueueTxns:      64,
+			LagWarnBytes:   GiB,
 		},
 		PolicySection: PolicySection{
 			MaxCost: policy.DefaultMaxCost,

@@ -109,6 +109,7 @@ changefeed:
   silence_timeout: 20s
   max_txn_bytes: 1GiB
   queue_txns: 8
+  lag_warn_bytes: 64MiB
 policy:
   max_cost: 500
   tables:
@@ -175,6 +176,7 @@ func fullConfig() *Config {
 			SilenceTimeout:     20 * time.Second,
 			MaxTxnBytes:        GiB,
 			QueueTxns:          8,
+			LagWarnBytes:       64 * MiB,
 		},
 		PolicySection: PolicySection{
 			MaxCost: 500,
