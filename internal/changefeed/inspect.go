@@ -163,6 +163,9 @@ type Table struct {
 	Identity string
 	// Full says the table must be REPLICA IDENTITY FULL (changefeed.full_identity_tables).
 	Full bool
+	// Streams says the feed streams the table: it is configured (changefeed.tables), or with
+	// none configured, the publication covers it. A table of full_identity_tables may not.
+	Streams bool
 
 	t pubTable
 }
@@ -187,7 +190,8 @@ func (in *Inspector) Tables(ctx context.Context, pub Publication) ([]Table, erro
 	out := make([]Table, 0, len(names))
 	for _, name := range names {
 		t, ok := byName[name]
-		out = append(out, Table{Name: name, Exists: ok, Identity: identityName(t.identity), Full: slices.Contains(in.cfg.FullIdentityTables, name), t: t})
+		out = append(out, Table{Name: name, Exists: ok, Identity: identityName(t.identity),
+			Full: slices.Contains(in.cfg.FullIdentityTables, name), Streams: in.streams(name, pub), t: t})
 	}
 	return out, nil
 }
@@ -212,8 +216,8 @@ func (t Table) CheckExists() error {
 // CheckIdentity refuses a replica identity preflight refuses: not FULL where the table must
 // be, or none at all; and a table that must be FULL that the feed does not stream. Errors are
 // *Error.
-func (in *Inspector) CheckIdentity(t Table, pub Publication) error {
-	if t.Full && !in.streams(t.Name, pub) {
+func (t Table) CheckIdentity() error {
+	if t.Full && !t.Streams {
 		return fullNotStreamed(t.Name)
 	}
 	if !t.Exists {
@@ -293,6 +297,17 @@ func (s Slot) Check() error {
 		return e
 	}
 	return nil
+}
+
+// PinnedSettings are the session settings every Herald connection sends at connect, as
+// name=value, sorted.
+func PinnedSettings() []string {
+	out := make([]string, 0, len(pinnedSettings))
+	for k, v := range pinnedSettings {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // CheckSession refuses a connection on which the settings Herald pins in the startup packet
