@@ -43,6 +43,17 @@ type Check struct {
 	Fix string `json:"fix,omitempty"`
 }
 
+// IDs are the id of every check Run makes, in the order it makes them: a closed set, each
+// documented in docs/OPERATIONS.md ("herald doctor").
+var IDs = []string{
+	"config.keys", "config.values", "config.secrets", "config.listen",
+	"postgres.connect", "postgres.tls", "postgres.version", "postgres.wal_level", "postgres.role",
+	"postgres.replication_slots", "postgres.wal_senders", "postgres.publication", "postgres.table",
+	"postgres.replica_identity", "postgres.slot", "postgres.slot_lag", "postgres.session", "postgres.encoding",
+	"config.policy",
+	"redis.connect", "redis.version", "redis.cluster", "redis.maxmemory_policy", "redis.key_layout",
+}
+
 // Config configures Run. The zero value reads no config file and the process environment is
 // not consulted: pass Env.
 type Config struct {
