@@ -31,6 +31,7 @@ func commands() []command {
 		{"dev", "run a node with a throwaway Postgres and a demo table", runDev},
 		{"tail", "stream decoded Postgres changes as JSON lines", runTail},
 		{"sub", "subscribe to a table or channel and print each frame as a JSON line", runSub},
+		{"doctor", "check the config, Postgres and Redis, and say how to fix what is wrong", runDoctor},
 		{"bench", "load a node with N subscribers and M events; report latency and cost", runBench},
 		{"version", "print the version", runVersion},
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// TestPgErrorFixesAreActions: every fix names something a person can do or run. There is no
-// herald doctor command, so a fix must not send anyone to it.
+// TestPgErrorFixesAreActions: every fix names something a person can do or run: the action
+// itself, not `herald doctor`, which would only find the same fact again.
 func TestPgErrorFixesAreActions(t *testing.T) {
 	tests := []struct {
 		name string
@@ -25,7 +25,7 @@ func TestPgErrorFixesAreActions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fe := pgError(StageStream, "op", tt.err)
 			if !strings.Contains(fe.Fix, tt.want) || strings.Contains(fe.Fix, "herald doctor") {
-				t.Errorf("fix = %q, want one that says %q and sends nobody to a command that does not exist", fe.Fix, tt.want)
+				t.Errorf("fix = %q, want one that says %q and names the action, not herald doctor", fe.Fix, tt.want)
 			}
 		})
 	}

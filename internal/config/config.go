@@ -193,6 +193,10 @@ type ChangefeedSection struct {
 	// table subscription resuming from a position inside it is handed what it missed.
 	HistoryBytes Size          `yaml:"history_bytes"`
 	HistoryAge   time.Duration `yaml:"history_age"`
+	// LagWarnBytes is how much WAL the slot may hold back (from its confirmed position to the
+	// end of the WAL) before `herald doctor` warns: the disk fills with what a stalled slot
+	// holds. Read by doctor only; the server exports the lag as a metric.
+	LagWarnBytes Size `yaml:"lag_warn_bytes"`
 }
 
 // Default returns the configuration of a single node with every default set: in-memory stores,
@@ -243,6 +247,7 @@ func Default() *Config {
 			QueueTxns:      64,
 			HistoryBytes:   64 * MiB,
 			HistoryAge:     10 * time.Minute,
+			LagWarnBytes:   GiB,
 		},
 		PolicySection: PolicySection{
 			MaxCost: policy.DefaultMaxCost,

@@ -33,6 +33,10 @@
 // development prefixes HERALD_TEST, HERALD_TESTENV and HERALD_DEMO and HERALD_DATABASE_URL
 // (`herald tail`'s variable, accepted as an alias of HERALD_CHANGEFEED_DATABASE_URL).
 //
+// Load stops at the first problem. `herald doctor` uses its two halves to report them all: Read
+// stops only at what cannot be read at all (the file, its YAML, an unknown key or variable), and
+// Problems reports the first problem of every section that Validate checks.
+//
 // Errors are *Error, which never holds a secret: auth.secrets and api.keys are named by index,
 // and a database URL is never quoted.
 package config

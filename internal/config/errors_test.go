@@ -30,6 +30,7 @@ func TestLoadErrors(t *testing.T) {
 		{name: "unknown section", file: "limit:\n  max_connections: 5\n", wantKey: "limit", wantSource: "herald.yaml:1",
 			wantFix: []string{"did you mean limits?"}},
 		{name: "far from any key", file: "zzzzzzzzzzzz: 1\n", wantKey: "zzzzzzzzzzzz", wantFix: []string{"remove it", "The top-level keys are listen, admin_listen, public_url, log_level, log_format, shutdown_timeout, auth, api, channels, presence, limits, changefeed"}},
+		{name: "swapped letters", file: "changefeed:\n  slto: x\n", wantKey: "changefeed.slto", wantSource: "herald.yaml:2", wantFix: []string{"did you mean slot?"}},
 		{name: "singular secret", file: "auth:\n  secret: " + testSecret + "\n", wantKey: "auth.secret", wantFix: []string{"did you mean secrets?"}},
 		{name: "long unknown key", file: strings.Repeat("k", 500) + ": 1\n", wantKey: strings.Repeat("k", 64) + "…", wantFix: []string{"remove it"}},
 		{name: "long unknown variable", env: []string{"HERALD_" + strings.Repeat("K", 5000) + "=1"}, wantKey: "HERALD_" + strings.Repeat("K", 57) + "…"},

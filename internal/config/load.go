@@ -20,6 +20,20 @@ const maxFileBytes = 1 << 20
 // Load reads the config file at path (none when path is ""), applies the HERALD_* variables of
 // env (os.Environ's form, key=value) over it, and validates the result. Every error is *Error.
 func Load(path string, env []string) (*Config, error) {
+	c, err := Read(path, env)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Read is Load without Validate: the file and the variables read, every key and variable
+// known and every value parsed, but not checked against each other. For `herald doctor`,
+// which reports every problem (Problems) rather than the first. Every error is *Error.
+func Read(path string, env []string) (*Config, error) {
 	c := Default()
 	if path != "" {
 		data, err := readFile(path)
@@ -31,9 +45,6 @@ func Load(path string, env []string) (*Config, error) {
 		}
 	}
 	if err := c.applyEnv(env); err != nil {
-		return nil, err
-	}
-	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil

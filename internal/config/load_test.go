@@ -111,6 +111,7 @@ changefeed:
   queue_txns: 8
   history_bytes: 32MiB
   history_age: 5m
+  lag_warn_bytes: 64MiB
 policy:
   max_cost: 500
   tables:
@@ -179,6 +180,7 @@ func fullConfig() *Config {
 			QueueTxns:          8,
 			HistoryBytes:       32 * MiB,
 			HistoryAge:         5 * time.Minute,
+			LagWarnBytes:       64 * MiB,
 		},
 		PolicySection: PolicySection{
 			MaxCost: 500,

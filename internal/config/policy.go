@@ -218,7 +218,14 @@ func (d fileDecoder) rules(name string, n *yaml.Node) error {
 // syntax, and channel rules in full. The tables' rules are type-checked against their columns
 // when the server starts.
 func (c *Config) checkPolicy() error {
-	err := policy.Validate(c.Policy())
+	return c.PolicyError(policy.Validate(c.Policy()))
+}
+
+// PolicyError turns a rule's *policy.CompileError into an *Error naming where the rule is in
+// the file: the line of the fault itself when the rule's lines are the file's. Other errors,
+// and nil, are returned as they are. For the table rules, which are compiled against the
+// tables' columns after Validate.
+func (c *Config) PolicyError(err error) error {
 	var ce *policy.CompileError
 	if err == nil || !errors.As(err, &ce) {
 		return err

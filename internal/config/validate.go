@@ -28,12 +28,31 @@ var (
 // is checked in file order; auth and changefeed settings are checked by those packages'
 // Validate, and their errors carried over with the key and variable to change.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster} {
+	for _, check := range c.checks() {
 		if err := check(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Problems reports everything Validate would, not only the first: at most one problem per
+// section (the first of each), in Validate's order. Validate is Problems()[0]. Each is an
+// *Error, but for a policy rule that fails in a way the policy package does not describe.
+func (c *Config) Problems() []error {
+	var out []error
+	for _, check := range c.checks() {
+		if err := check(); err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// checks are Validate's checks, in order. Each stands alone: none relies on an earlier one
+// having passed, so Problems may run them all.
+func (c *Config) checks() []func() error {
+	return []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster}
 }
 
 // bad builds the error for key, with where its value came from.

@@ -288,3 +288,36 @@ func TestConversions(t *testing.T) {
 		}
 	})
 }
+
+// TestProblemsReportsEverySection: Problems finds what Validate finds, and the problems of the
+// other sections too, in Validate's order; Read reads what Load would refuse.
+func TestProblemsReportsEverySection(t *testing.T) {
+	path := writeConfig(t, "listen: nowhere\napi:\n  keys: [short]\nauth:\n  allow_anonymous: true\n")
+	if _, err := Load(path, nil); err == nil {
+		t.Fatal("Load accepted the file")
+	}
+	c, err := Read(path, nil)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	problems := c.Problems()
+	var keys []string
+	for _, p := range problems {
+		keys = append(keys, asError(t, p).Key)
+	}
+	if want := []string{"listen", "api.keys[0]"}; !cmp.Equal(keys, want) {
+		t.Errorf("Problems' keys = %v, want %v", keys, want)
+	}
+	if err := c.Validate(); err == nil || err.Error() != problems[0].Error() {
+		t.Errorf("Validate = %v, want the first problem, %v", err, problems[0])
+	}
+	if got := Default().Problems(); len(got) != 1 || asError(t, got[0]).Key != "auth" {
+		t.Errorf("Default().Problems() = %v, want the one about auth", got)
+	}
+	if _, err := Read(writeConfig(t, "listn: :80\n"), nil); asError(t, err).Key != "listn" {
+		t.Errorf("Read of a typo: %v, want the unknown key", err)
+	}
+	if err := c.PolicyError(nil); err != nil {
+		t.Errorf("PolicyError(nil) = %v", err)
+	}
+}

@@ -4,10 +4,11 @@
 // # Lifecycle
 //
 // Start finds the server binaries (see Find), creates a fresh cluster with initdb, configures
-// it (loopback only, trust auth, wal_level=logical, no durability) and starts it with pg_ctl,
-// returning once it accepts connections. Stop shuts it down with a fast shutdown, falling back
-// to an immediate one and then to SIGKILL of the postmaster, so no server outlives Stop even
-// when its context is done; it then removes the directory if Start made it.
+// it (loopback only, trust auth, wal_level=logical, no durability, then any Config.Settings,
+// which win) and starts it with pg_ctl, returning once it accepts connections. Stop shuts it
+// down with a fast shutdown, falling back to an immediate one and then to SIGKILL of the
+// postmaster, so no server outlives Stop even when its context is done; it then removes the
+// directory if Start made it.
 //
 // Directory layout: Dir/data is the cluster and holds the Unix socket; Dir/postgres.log is the
 // server log. Start never reuses data: it always makes a new cluster.

@@ -8,10 +8,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +54,11 @@ type Config struct {
 	BinDir string
 	// Logger receives what Start and Stop do. Nil discards.
 	Logger *slog.Logger
+	// Settings are postgresql.conf settings written after Herald's own, so they win: a test
+	// that needs a server unfit for Herald (wal_level = replica) says so here. Values are
+	// written as they are given, so a string needs its quotes: {"wal_level": "replica"},
+	// {"log_line_prefix": "'%m '"}.
+	Settings map[string]string
 
 	// Test hooks. pickPort replaces freePort, to hand Start a port that is taken; tempRoot
 	// replaces os.TempDir() as the parent of a temporary Dir.
@@ -128,7 +135,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.initdb(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.configure(); err != nil {
+	if err := s.configure(cfg.Settings); err != nil {
 		return nil, err
 	}
 	pick := cfg.pickPort
@@ -370,8 +377,8 @@ func initdbFix(out string) string {
 }
 
 // configure makes the cluster a private one for logical replication: loopback only, trust
-// only, and no durability, since it is thrown away.
-func (s *Server) configure() error {
+// only, and no durability, since it is thrown away; then writes extra (Config.Settings).
+func (s *Server) configure(extra map[string]string) error {
 	socketDir := s.data
 	if len(s.data)+len("/.s.PGSQL.65535") > maxSocketPath {
 		// Postgres refuses to start when it can make none of its sockets; TCP is what
@@ -390,6 +397,9 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 `, strings.ReplaceAll(socketDir, `'`, `''`))
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
+		conf += fmt.Sprintf("%s = %s\n", name, extra[name])
+	}
 	if err := s.writeFile("postgresql.conf", conf, os.O_APPEND|os.O_WRONLY); err != nil {
 		return err
 	}

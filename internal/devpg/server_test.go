@@ -217,6 +217,24 @@ func TestServer(t *testing.T) {
 // given Dir, and the next Start with that Dir must stop it and start afresh. The second Start
 // is also handed a taken port first, as when freePort loses its race, and the second Stop gets
 // a context that is already done.
+// TestSettingsWin: Config.Settings are written after Herald's own, so a server can be made
+// unfit for Herald on purpose.
+func TestSettingsWin(t *testing.T) {
+	t.Parallel()
+	needBinaries(t)
+	s := start(t, Config{Logger: testLogger(t), Settings: map[string]string{"wal_level": "replica", "max_wal_senders": "7"}})
+	conn := connect(t, s.URL())
+	for name, want := range map[string]string{"wal_level": "replica", "max_wal_senders": "7", "fsync": "off"} {
+		var got string
+		if err := conn.QueryRow(context.Background(), "SELECT current_setting($1)", name).Scan(&got); err != nil {
+			t.Fatalf("current_setting(%s): %v", name, err)
+		}
+		if got != want {
+			t.Errorf("%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
 func TestStaleServerReplaced(t *testing.T) {
 	t.Parallel()
 	needBinaries(t)

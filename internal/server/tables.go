@@ -19,7 +19,6 @@ import (
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/stream"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -336,32 +335,6 @@ func (p *pgSchema) WALEnd(ctx context.Context) (change.LSN, error) {
 	return change.ParseLSN(*text)
 }
 
-// tableQuery describes one table as the publication $3 streams it: its replica identity, its
-// key (the identity index's columns, else the primary key's), and its published columns in
-// order, each with the OID its values decode as (a domain's base type). It returns no row for
-// a table that does not exist or that the publication does not cover. Postgres 15 and later
-// can publish a subset of a table's columns (pg_publication_tables.attnames); before 15 every
-// column is published.
-const tableQuery = `
-WITH rel AS (
-	SELECT c.oid, c.relreplident, pt.cols
-	FROM pg_class c
-	JOIN pg_namespace n ON n.oid = c.relnamespace
-	JOIN LATERAL (SELECT %s AS cols FROM pg_publication_tables p
-		WHERE p.pubname = $3 AND p.schemaname = n.nspname AND p.tablename = c.relname LIMIT 1) pt ON true
-	WHERE c.oid = to_regclass(quote_ident($1) || '.' || quote_ident($2))
-)
-SELECT rel.relreplident::text,
-	COALESCE((SELECT array_agg(a.attname::text ORDER BY a.attnum)
-		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-		WHERE i.indrelid = rel.oid AND CASE WHEN rel.relreplident = 'i' THEN i.indisreplident ELSE i.indisprimary END), '{}'),
-	COALESCE((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
-		WHERE a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped AND (rel.cols IS NULL OR a.attname = ANY (rel.cols))), '{}'),
-	COALESCE((SELECT array_agg(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END ORDER BY a.attnum)
-		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-		WHERE a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped AND (rel.cols IS NULL OR a.attname = ANY (rel.cols))), '{}')
-FROM rel`
-
 // Table describes table as Herald streams it; no columns when it does not.
 func (p *pgSchema) Table(ctx context.Context, table string) (router.TableInfo, error) {
 	p.mu.Lock()
@@ -393,28 +366,31 @@ func (p *pgSchema) read(ctx context.Context, table string) (router.TableInfo, er
 		return router.TableInfo{}, unavailable(err)
 	}
 	defer conn.Release()
-	cols := "NULL::name[]"
-	if major(conn.Conn().PgConn().ParameterStatus("server_version")) >= 15 {
-		cols = "p.attnames"
-	}
-	schema, name, _ := strings.Cut(table, ".")
-	var (
-		ident      string
-		key, names []string
-		oids       []uint32
-	)
-	err = conn.QueryRow(ctx, fmt.Sprintf(tableQuery, cols), schema, name, p.publication).Scan(&ident, &key, &names, &oids)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return router.TableInfo{}, nil
-	}
+	shape, err := changefeed.DescribeTable(ctx, conn.Conn().PgConn(), p.publication, table)
 	if err != nil {
 		return router.TableInfo{}, unavailable(err)
 	}
-	info := router.TableInfo{Key: key, Identity: router.Identity(ident[0])}
-	for i, n := range names {
-		info.Columns = append(info.Columns, filter.Column{Name: n, OID: oids[i]})
+	if len(shape.Columns) == 0 {
+		return router.TableInfo{}, nil
+	}
+	info := router.TableInfo{Key: shape.Key, Identity: identityOf(shape.Identity)}
+	for _, c := range shape.Columns {
+		info.Columns = append(info.Columns, filter.Column{Name: c.Name, OID: c.OID})
 	}
 	return info, nil
+}
+
+// identityOf is router's name for a replica identity as ALTER TABLE spells it.
+func identityOf(name string) router.Identity {
+	switch name {
+	case "USING INDEX":
+		return router.IdentityIndex
+	case "FULL":
+		return router.IdentityFull
+	case "NOTHING":
+		return router.IdentityNothing
+	}
+	return router.IdentityDefault
 }
 
 // major reads the major version from a server_version like "15.4 (Debian 15.4-1)".

@@ -25,6 +25,9 @@ const (
 	DatabaseURLEnv     = "HERALD_TEST_DATABASE_URL"
 	RedisURLEnv        = "HERALD_TEST_REDIS_URL"
 	RedisClusterURLEnv = "HERALD_TEST_REDIS_CLUSTER_URL"
+	// PostgresBinEnv is the directory of the PostgreSQL server binaries (initdb, pg_ctl,
+	// postgres) the private server runs from.
+	PostgresBinEnv = "HERALD_TESTENV_PGBIN"
 )
 
 func missing(t testing.TB, env, what string) {
@@ -44,6 +47,18 @@ func PostgresURL(t testing.TB) string {
 		missing(t, DatabaseURLEnv, "PostgreSQL")
 	}
 	return u
+}
+
+// PostgresBin returns the directory of the PostgreSQL server binaries scripts/testenv found,
+// for a test that runs a second server of its own, configured as the private one must not be
+// (devpg.Config.BinDir).
+func PostgresBin(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv(PostgresBinEnv)
+	if d == "" {
+		missing(t, PostgresBinEnv, "PostgreSQL's server binaries")
+	}
+	return d
 }
 
 // RedisURL returns the URL of the private Redis.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/heraldrt/herald/internal/problem"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -73,8 +74,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
-		// The parser's message may quote the URL, password and all: it is left out.
-		return nil, &DialError{Stage: "url", Detail: "redis.url is not a Redis URL",
+		// url.Error quotes the whole URL, password included: only what it found wrong is kept.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, &DialError{Stage: "url", Detail: fmt.Sprintf("redis.url is not a Redis URL: %v", err), Err: err,
 			Fix: "set redis.url (HERALD_REDIS_URL) to redis://[user:password@]host:port[/db], or rediss:// for TLS"}
 	}
 	// Client-side caching is not used: every read here must see the latest write.

@@ -15,8 +15,9 @@ func TestDialRefuses(t *testing.T) {
 	}{
 		"no URL":           {Config{}, "no URL"},
 		"brace in prefix":  {Config{URL: "redis://127.0.0.1:1", Prefix: "a{b"}, "brace"},
-		"not a redis URL":  {Config{URL: "http://127.0.0.1:1"}, "parse URL"},
+		"not a redis URL":  {Config{URL: "http://127.0.0.1:1"}, "not a Redis URL"},
 		"nobody listening": {Config{URL: "redis://127.0.0.1:1", Timeout: 200e6}, "connect"},
+		"malformed URL":    {Config{URL: "redis://herald:" + urlPassword + "%zz@127.0.0.1:1"}, "not a Redis URL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := Dial(ctx, tc.cfg)
@@ -27,9 +28,15 @@ func TestDialRefuses(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Dial(%+v) = %v, want an error about %q", tc.cfg, err, tc.want)
 			}
+			if strings.Contains(err.Error(), urlPassword) {
+				t.Errorf("Dial's error shows the URL's password: %v", err)
+			}
 		})
 	}
 }
+
+// urlPassword is a password in a URL that no error may show.
+const urlPassword = "redis-pw-Qx81"
 
 // runClient runs c.Run until the test ends.
 func runClient(t *testing.T, c *Client) {

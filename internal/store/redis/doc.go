@@ -31,6 +31,10 @@
 // owner is (an empty tag would hash the whole key); an owner holding "}" ends its tag early,
 // which is the same for all of its keys, so they still share a slot.
 //
+// `herald doctor` reads, and only reads, what a deployment needs of Redis through the Client:
+// Inspect (each server's version, Cluster mode and state, maxmemory-policy) and CheckLayout
+// (on a Cluster, that each group of keys above hashes to one slot, as CLUSTER KEYSLOT counts).
+//
 // Presence keys carry the tag of the channel's shard (FNV-1a of the channel, modulo
 // PresenceShards), not of the channel: the shard's index, which Expire reads to find the channels
 // with a member due, then sits in the channel's slot, and one script changes both. A member is

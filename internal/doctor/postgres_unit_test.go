@@ -1,0 +1,64 @@
+package doctor
+
+import (
+	"testing"
+
+	"github.com/heraldrt/herald/internal/changefeed"
+)
+
+// TestTLSRule: how the connection travels, judged without a server.
+func TestTLSRule(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		tr     changefeed.Transport
+		status Status
+	}{
+		{"verified", changefeed.Transport{Addr: "db.internal:5432", TLS: true, Version: "TLS 1.3", SSLMode: "verify-full"}, OK},
+		{"verified CA", changefeed.Transport{Addr: "db.internal:5432", TLS: true, Version: "TLS 1.3", SSLMode: "verify-ca"}, OK},
+		{"unverified across a network", changefeed.Transport{Addr: "db.internal:5432", TLS: true, Version: "TLS 1.3", SSLMode: "require"}, Warn},
+		{"unverified by default", changefeed.Transport{Addr: "10.0.0.9:5432", TLS: true, Version: "TLS 1.2"}, Warn},
+		{"unverified on this host", changefeed.Transport{Addr: "127.0.0.1:5432", Local: true, TLS: true, Version: "TLS 1.3", SSLMode: "require"}, OK},
+		{"cleartext on this host", changefeed.Transport{Addr: "/run/postgresql/.s.PGSQL.5432", Local: true}, OK},
+		{"cleartext asked for", changefeed.Transport{Addr: "db.internal:5432", SSLMode: "disable"}, OK},
+		{"cleartext fallen back to", changefeed.Transport{Addr: "db.internal:5432", SSLMode: "prefer"}, Warn},
+		{"cleartext by default", changefeed.Transport{Addr: "db.internal:5432"}, Warn},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Report{}
+			checkTLS(r, tt.tr)
+			fix := []string{}
+			if tt.status != OK {
+				fix = append(fix, "sslmode=verify-full", "changefeed.database_url")
+			}
+			want(t, r, "postgres.tls", "", tt.status, fix...)
+		})
+	}
+}
+
+func TestSendersAndSlotsRules(t *testing.T) {
+	full := changefeed.Settings{MaxWALSenders: 4, UsedWALSenders: 4, MaxSlots: 2, UsedSlots: 2}
+	r := &Report{}
+	checkSenders(r, full, changefeed.Slot{})
+	want(t, r, "postgres.wal_senders", "", Fail, "max_wal_senders", "pg_stat_replication")
+	r = &Report{}
+	checkSenders(r, full, changefeed.Slot{Exists: true, Active: true})
+	want(t, r, "postgres.wal_senders", "", Warn, "max_wal_senders")
+	r = &Report{}
+	checkSenders(r, changefeed.Settings{MaxWALSenders: 4, UsedWALSenders: 1}, changefeed.Slot{})
+	want(t, r, "postgres.wal_senders", "", OK)
+
+	r = &Report{}
+	checkSlots(r, full, changefeed.Slot{}, true)
+	want(t, r, "postgres.replication_slots", "", Fail, "max_replication_slots", "pg_drop_replication_slot")
+	r = &Report{}
+	checkSlots(r, full, changefeed.Slot{Exists: true}, true)
+	want(t, r, "postgres.replication_slots", "", OK)
+}
+
+func TestEncodingRule(t *testing.T) {
+	for enc, status := range map[string]Status{"UTF8": OK, "LATIN1": OK, "WIN1252": OK, "SQL_ASCII": Fail, "MULE_INTERNAL": Warn, "EUC_TW": Warn} {
+		r := &Report{}
+		checkEncoding(r, enc)
+		want(t, r, "postgres.encoding", "", status)
+	}
+}
