@@ -682,7 +682,10 @@ type Report struct {
 	DeliveriesPerSecond float64 `json:"deliveries_per_second"`
 	Resyncs             int64   `json:"resyncs"`
 	Lost                int64   `json:"lost"` // items the resyncs said were lost
-	ErrorFrames         int64   `json:"error_frames"`
+	// ResyncReasons counts the resyncs by reason (lane_full: a subscriber read too slowly;
+	// upstream_gap: items lost or too late between nodes).
+	ResyncReasons map[string]int64 `json:"resync_reasons,omitempty"`
+	ErrorFrames   int64            `json:"error_frames"`
 	// Ended counts connections that ended during the run, by close code or "dropped".
 	Ended map[string]int `json:"ended,omitempty"`
 
@@ -776,6 +779,9 @@ func (r *Report) fill(t *tally, sent int64, start time.Time, before, connected, 
 		r.DeliveriesPerSecond = float64(r.Received) / r.Seconds
 	}
 	r.Resyncs, r.Lost, r.ErrorFrames = t.resyncs.Load(), t.lost.Load(), t.errors.Load()
+	if r.Resyncs > 0 {
+		r.ResyncReasons = t.resyncReasons()
+	}
 	r.LatencyMS = *t.latency.latency()
 	r.ClientCPUSeconds = (after.clientCPU - connected.clientCPU).Seconds()
 	if before.ok && connected.ok && after.ok {
@@ -843,6 +849,9 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  publish      answered in: p50 %.2f ms  p95 %.2f ms  p99 %.2f ms  max %.2f ms  mean %.2f ms\n", p.P50, p.P95, p.P99, p.Max, p.Mean)
 	}
 	fmt.Fprintf(w, "  resyncs      %d (lost %d)  error frames %d", r.Resyncs, r.Lost, r.ErrorFrames)
+	if len(r.ResyncReasons) > 0 {
+		fmt.Fprintf(w, "  by reason %v", r.ResyncReasons)
+	}
 	if r.Unmarked > 0 {
 		fmt.Fprintf(w, "  other data frames %d", r.Unmarked)
 		if r.WarmUpEvents > 0 {

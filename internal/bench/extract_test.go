@@ -163,3 +163,15 @@ func BenchmarkCountFrame(b *testing.B) {
 		t.frame(msg, timeNow)
 	}
 }
+
+func TestReasonOf(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"type":"resync","sub":"s","reason":"upstream_gap","lost":3}`: "upstream_gap",
+		`{"type":"resync","sub":"s"}`:                                  "",
+		`{"type":"resync","reason":"lane_full`:                         "",
+	} {
+		if got := reasonOf([]byte(in)); got != want {
+			t.Errorf("reasonOf(%s) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +36,10 @@ type tally struct {
 	lost     atomic.Int64 // the lost counts resyncs carried
 	errors   atomic.Int64 // error frames
 	lastNS   atomic.Int64 // unix ns of the latest receipt
-	latency  histogram
+
+	reasonsMu sync.Mutex
+	reasons   map[string]int64 // resyncs by reason; guarded by reasonsMu (resyncs are rare)
+	latency   histogram
 }
 
 // frame counts one received frame. It runs on the subscriber's goroutine for every frame, so it
@@ -56,6 +60,12 @@ func (t *tally) frame(f []byte, now time.Time) {
 	case kindResync:
 		t.resyncs.Add(1)
 		t.lost.Add(lostOf(f))
+		t.reasonsMu.Lock()
+		if t.reasons == nil {
+			t.reasons = map[string]int64{}
+		}
+		t.reasons[reasonOf(f)]++
+		t.reasonsMu.Unlock()
 	case kindError:
 		t.errors.Add(1)
 	}
@@ -310,4 +320,30 @@ func closeReason(err error) string {
 		return "ended"
 	}
 	return "dropped"
+}
+
+// reasonOf reads a resync frame's reason without parsing the frame: "" when it has none.
+func reasonOf(f []byte) string {
+	const key = `"reason":"`
+	i := bytes.Index(f, []byte(key))
+	if i < 0 {
+		return ""
+	}
+	rest := f[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return ""
+	}
+	return string(rest[:j])
+}
+
+// resyncReasons returns the resyncs counted by reason.
+func (t *tally) resyncReasons() map[string]int64 {
+	t.reasonsMu.Lock()
+	defer t.reasonsMu.Unlock()
+	out := make(map[string]int64, len(t.reasons))
+	for k, v := range t.reasons {
+		out[k] = v
+	}
+	return out
 }
