@@ -107,7 +107,7 @@ const txnOverhead = 64
 
 // Stats counts a hand-off's work.
 type Stats struct {
-	Skipped   uint64 // transactions the snapshot saw, whose Items were dropped
+	Skipped   uint64 // transactions the snapshot saw (their Items, if any, dropped)
 	Delivered uint64 // transactions handed to the sink
 	// EarlyBytes and PendingBytes are what the buffers hold now; PeakBytes the most they
 	// held together.
