@@ -187,7 +187,11 @@ type Event struct {
 
 // Txn is one committed transaction as the changefeed hands it to its sink.
 type Txn struct {
-	XID        uint32
+	XID uint32 // the top-level transaction id as pgoutput sends it: 32 bits, wrapping
+	// XID8 is XID with its epoch: the id to compare (see XID8), and the one Postgres's
+	// pg_current_xact_id() and pg_current_snapshot() report. Zero for a Message sent outside
+	// any transaction.
+	XID8       XID8
 	CommitLSN  LSN       // the commit record's LSN: the position every event of it carries
 	EndLSN     LSN       // the end of the commit record: what is confirmed to Postgres once handed on
 	CommitTime time.Time // zero when not Transactional

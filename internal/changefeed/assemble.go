@@ -24,6 +24,10 @@ type assembler struct {
 	// skipThrough is the commit LSN of the last transaction already handed on: one at or before
 	// it is a replay (Postgres resends from its confirmed position, which can lag) and is dropped.
 	skipThrough change.LSN
+	// xidRef is the XID8 the next transaction's 32-bit xid is widened against (see widen):
+	// seeded from the server's snapshot when the stream starts, then the last one widened.
+	// Zero until known: the first xid is then taken to be in epoch 0.
+	xidRef change.XID8
 
 	// eventsHint is the event count of the last committed transaction. One that outgrows a few
 	// events grows straight to it, since bulk work comes in runs of like-sized transactions:
@@ -116,7 +120,7 @@ func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
 		p := a.cur
 		a.cur = nil
 		p.commitLSN, p.commitTime = change.LSN(m.CommitLSN), m.CommitTime
-		return a.finish(p, change.LSN(m.TransactionEndLSN)), nil
+		return a.finish(p, change.LSN(m.TransactionEndLSN))
 	case *pglogrepl.StreamStartMessageV2:
 		if a.inStream {
 			return result{}, fmt.Errorf("stream start of xid %d inside open stream of xid %d", m.Xid, a.streamID)
@@ -135,7 +139,7 @@ func (a *assembler) handle(walStart change.LSN, data []byte) (result, error) {
 			p = &pending{xid: m.Xid}
 		}
 		p.commitLSN, p.commitTime = change.LSN(m.CommitLSN), m.CommitTime
-		return a.finish(p, change.LSN(m.TransactionEndLSN)), nil
+		return a.finish(p, change.LSN(m.TransactionEndLSN))
 	case *pglogrepl.StreamAbortMessageV2:
 		a.abort(m.Xid, m.SubXid)
 	case *pglogrepl.RelationMessageV2:
@@ -308,10 +312,32 @@ func (a *assembler) abort(xid, subxid uint32) {
 	p.events, p.subxids = kept, keptX
 }
 
+// widen returns the XID8 of a committed transaction's 32-bit xid: the one nearest the
+// reference (change.WidenXID), which then moves to it. Transactions commit in nearly xid order
+// and every xid in use lies within 2^31 of the next to be assigned, so the nearest is the
+// right one whatever epoch the stream crosses. Replays are widened too, so the reference
+// follows the stream.
+func (a *assembler) widen(xid uint32) (change.XID8, error) {
+	if a.xidRef == 0 {
+		a.xidRef = change.MakeXID8(0, xid)
+		return a.xidRef, nil
+	}
+	x, ok := change.WidenXID(xid, a.xidRef)
+	if !ok {
+		return 0, fmt.Errorf("xid %d cannot be a transaction near %s (the last one widened): it would lie outside every epoch", xid, a.xidRef)
+	}
+	a.xidRef = x
+	return x, nil
+}
+
 // finish stamps a committed transaction's events with its position, or drops it as a replay.
-func (a *assembler) finish(p *pending, end change.LSN) result {
+func (a *assembler) finish(p *pending, end change.LSN) (result, error) {
+	xid8, err := a.widen(p.xid)
+	if err != nil {
+		return result{}, err
+	}
 	if p.commitLSN <= a.skipThrough {
-		return result{skipped: end}
+		return result{skipped: end}, nil
 	}
 	a.skipThrough = p.commitLSN
 	if len(p.events) > 0 {
@@ -321,7 +347,7 @@ func (a *assembler) finish(p *pending, end change.LSN) result {
 	if p.lost == nil {
 		a.spare = p.arena
 	}
-	txn := &change.Txn{XID: p.xid, CommitLSN: p.commitLSN, EndLSN: end, CommitTime: p.commitTime.UTC(), Transactional: true}
+	txn := &change.Txn{XID: p.xid, XID8: xid8, CommitLSN: p.commitLSN, EndLSN: end, CommitTime: p.commitTime.UTC(), Transactional: true}
 	events := p.events
 	if p.tags > 0 {
 		events = events[:0]
@@ -347,7 +373,7 @@ func (a *assembler) finish(p *pending, end change.LSN) result {
 		e.LSN, e.TxID, e.CommitTime, e.WriteTag = txn.CommitLSN, txn.XID, txn.CommitTime, txn.WriteTag
 	}
 	txn.Events = events
-	return result{txn: txn}
+	return result{txn: txn}, nil
 }
 
 // eventBytes estimates an event's memory: its row bytes plus a fixed overhead.

@@ -24,6 +24,12 @@
 // Abort discards it, or one subtransaction's share of it. Every event of a transaction carries
 // its commit LSN, which is its position in the stream.
 //
+// pgoutput names a transaction by its 32-bit top-level xid, which wraps around; each committed
+// transaction also carries that xid widened to its XID8 (change.Txn.XID8, with the epoch), the
+// form Postgres's snapshots use, so a consumer can tell whether a snapshot saw it. The stream
+// widens each xid to the one nearest the last (change.WidenXID), starting from the server's
+// next xid, read when it connects.
+//
 // The feed confirms to Postgres only the end LSN of transactions the sink has accepted, never a
 // position merely received; when nothing is owed, it confirms the server's WAL end from a
 // keepalive, so a quiet publication does not pin WAL. Status updates go out every

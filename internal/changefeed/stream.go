@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,14 @@ func (f *Feed) session(ctx context.Context) error {
 			"last_confirmed", f.resumeEnd)
 	}
 
+	// pgoutput sends 32-bit xids; each is widened to its XID8 against the one before it,
+	// starting from the server's next xid now (its snapshot's xmax, which assigns no xid):
+	// every transaction the slot still holds lies within 2^31 of it.
+	xidRef, err := nextXID(ctx, conn)
+	if err != nil {
+		return err
+	}
+
 	// Resume after what was confirmed. Failing that, from the commit LSN the consumer says it
 	// has seen: Postgres resends that transaction and the assembler drops it.
 	start := f.resumeEnd
@@ -125,10 +134,27 @@ func (f *Feed) session(ctx context.Context) error {
 
 	p := newPump(f, conn, rx)
 	p.asm.skipThrough = f.resumeCommit
+	p.asm.xidRef = xidRef
 	p.asm.text = messageText(conn.ParameterStatus("server_encoding"))
 	p.accepted.Store(uint64(start))
 	p.confirmed = start
 	return p.run(ctx)
+}
+
+// nextXID reads the XID8 the server assigns next, without assigning one.
+func nextXID(ctx context.Context, conn *pgconn.PgConn) (change.XID8, error) {
+	rows, err := query(ctx, conn, "SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+	if err != nil {
+		return 0, pgError(StagePreflight, "read the next transaction id (pg_current_snapshot)", err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 1 {
+		return 0, &Error{Stage: StagePreflight, Detail: "pg_current_snapshot() returned no row"}
+	}
+	v, err := strconv.ParseUint(string(rows[0][0]), 10, 64)
+	if err != nil || v == 0 {
+		return 0, &Error{Stage: StagePreflight, Detail: fmt.Sprintf("pg_current_snapshot() gave xmax %q, not a transaction id", rows[0][0]), Err: err}
+	}
+	return change.XID8(v), nil
 }
 
 // newPump makes the pump of one stream over conn, whose socket rx speaks to.

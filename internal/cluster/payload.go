@@ -80,6 +80,7 @@ func decodeMessage(b []byte) (*stream.Message, error) {
 // watches, each with its index in the whole transaction (its position), and the overflow.
 type wireTxn struct {
 	XID           uint32           `json:"xid"`
+	XID8          change.XID8      `json:"xid8,omitempty"` // absent from a node that predates it
 	CommitLSN     change.LSN       `json:"lsn"`
 	EndLSN        change.LSN       `json:"end"`
 	CommitTime    time.Time        `json:"time,omitzero"`
@@ -98,7 +99,7 @@ type wireEvent struct {
 
 // encodeTxn encodes the events of txn whose indexes (0-based) are in idx.
 func encodeTxn(txn *change.Txn, idx []int) ([]byte, error) {
-	w := wireTxn{XID: txn.XID, CommitLSN: txn.CommitLSN, EndLSN: txn.EndLSN, CommitTime: txn.CommitTime, WriteTag: txn.WriteTag,
+	w := wireTxn{XID: txn.XID, XID8: txn.XID8, CommitLSN: txn.CommitLSN, EndLSN: txn.EndLSN, CommitTime: txn.CommitTime, WriteTag: txn.WriteTag,
 		Transactional: txn.Transactional, Len: len(txn.Events), Overflow: txn.Overflow, Events: make([]wireEvent, 0, len(idx))}
 	for _, i := range idx {
 		e := &txn.Events[i]
@@ -131,7 +132,7 @@ func decodeTxnAtMost(b []byte, maxEvents int) (*change.Txn, error) {
 	if w.Len < 0 || w.Len > maxEvents || len(w.Events) > w.Len {
 		return nil, fmt.Errorf("a transaction of %d events carrying %d", w.Len, len(w.Events))
 	}
-	txn := &change.Txn{XID: w.XID, CommitLSN: w.CommitLSN, EndLSN: w.EndLSN, CommitTime: w.CommitTime, WriteTag: w.WriteTag,
+	txn := &change.Txn{XID: w.XID, XID8: w.XID8, CommitLSN: w.CommitLSN, EndLSN: w.EndLSN, CommitTime: w.CommitTime, WriteTag: w.WriteTag,
 		Transactional: w.Transactional, Overflow: w.Overflow, Events: make([]change.Event, w.Len)}
 	for i := range txn.Events {
 		txn.Events[i].Op = change.Message

@@ -92,7 +92,7 @@ func testTxn() *change.Txn {
 	events[1].Omitted = []string{"blob"}
 	events[3].BeforeKeyOnly = true
 	events[0].Tenant = "t1"
-	return &change.Txn{XID: 900, CommitLSN: lsn, EndLSN: lsn + 0x30, CommitTime: at, WriteTag: "w1", Transactional: true, Events: events}
+	return &change.Txn{XID: 900, XID8: change.MakeXID8(2, 900), CommitLSN: lsn, EndLSN: lsn + 0x30, CommitTime: at, WriteTag: "w1", Transactional: true, Events: events}
 }
 
 func TestTxnRoundTrip(t *testing.T) {

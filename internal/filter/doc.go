@@ -69,4 +69,12 @@
 // Key gives the canonical spelling of a value, equal for values eq calls equal. IndexKeys gives
 // a column and the keys a row's value must have for the filter to match, from an eq or in at
 // the filter's top level, so the router can find candidate subscriptions by one lookup.
+//
+// # SQL
+//
+// Filter.SQL spells the filter as a parameterized SQL condition with Eval's meaning, for
+// reading the rows a subscription starts from: every value a parameter, text compared
+// bytewise, timestamps by the millisecond, floats as the decimal they print as. It keeps
+// exactly the rows Eval calls True, or, where SQL cannot say what Eval says, more rows, never
+// fewer; the reader still asks Eval of each row.
 package filter

@@ -30,6 +30,7 @@ type node struct {
 	col  string
 	hint int // its position in the table, where a row in table order holds it
 	typ  Type
+	oid  uint32 // its type OID, which SQL casts by
 
 	lit     literal   // eq, neq, lt, lte, gt, gte; like: only json, the pattern
 	set     []literal // in: sorted by compare, without duplicates
@@ -37,7 +38,7 @@ type node struct {
 	pattern string
 }
 
-func (n *node) setColumn(c column) { n.col, n.hint, n.typ = c.name, c.hint, c.typ }
+func (n *node) setColumn(c column) { n.col, n.hint, n.typ, n.oid = c.name, c.hint, c.typ, c.oid }
 
 func newFilter(root *node) *Filter {
 	f := &Filter{root: root}

@@ -67,6 +67,7 @@ func TestImportRulesCatchViolations(t *testing.T) {
 var pure = map[string]bool{
 	"internal/change": true, "internal/changefeed/pgvalue": true, "internal/wire": true, "internal/delivery": true,
 	"internal/stream": true, "internal/fault": true, "internal/filter": true, "internal/policy": true,
+	"internal/handoff": true,
 }
 
 // The producers: they make what subscriptions receive, and must know nothing of the protocol
