@@ -18,8 +18,9 @@
 // Node.Run owns three, and returns once they have ended:
 //
 //   - the router of publications and presence events: one, so a channel's publications leave
-//     in the order their offsets were taken. Per batch it reads each owner's generation once,
-//     and the rows of a token again only when the generation moved.
+//     in the order their offsets were taken. Per batch it probes each owner once (one command:
+//     its generation and which of the batch's tokens anyone watches), and reads the rows of a
+//     watched token again only when the generation moved.
 //   - the receiver: one, so what a node sent is handed on in the order it was sent.
 //   - the renewer of rows: every RowTTL/4, and at once when the transport reports a loss.
 //
@@ -34,8 +35,8 @@
 // publication is a hole in its channel's offsets, which the receiving nodes report; a dropped
 // received payload is reported as a gap from its sender, after what the queue held, as the
 // transport's own losses are (Node.Gap); a dropped presence event leaves other nodes' rosters stale until the member's
-// next change. Each rows cache holds at most 4096 owners, and a received transaction may claim
-// at most 1<<24 events.
+// next change. Each rows cache holds at most 4096 owners, and within an owner only watched
+// tokens; a received transaction may claim at most 1<<22 events.
 //
 // # Payloads
 //
