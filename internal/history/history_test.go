@@ -63,7 +63,7 @@ func TestEncodeDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Txn{Events: []Event{{Idx: 1, Event: txn.Events[0], Key: key}, {Idx: 3, Event: txn.Events[2], Key: key}}}
+	want := Txn{LSN: 0x500, Events: []Event{{Idx: 1, Event: txn.Events[0], Key: key}, {Idx: 3, Event: txn.Events[2], Key: key}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("decoded (-want +got):\n%s", diff)
 	}

@@ -11,6 +11,8 @@ import (
 // with its index in the whole transaction, or, for a transaction too large to hold, its
 // overflow (whose rows were never kept).
 type Txn struct {
+	// LSN is the transaction's commit LSN: the entry's, which Decode sets.
+	LSN      change.LSN       `json:"-"`
 	Events   []Event          `json:"e,omitempty"`
 	Overflow *change.Overflow `json:"o,omitempty"`
 }
@@ -34,12 +36,13 @@ func Encode(txn *change.Txn, idx []int) ([]byte, error) {
 	return json.Marshal(&t)
 }
 
-// Decode reads a payload Encode made. Each event's LSN is lsn, the entry's.
+// Decode reads a payload Encode made, of the entry at lsn: the Txn's LSN and each event's.
 func Decode(lsn change.LSN, data []byte) (Txn, error) {
 	var t Txn
 	if err := json.Unmarshal(data, &t); err != nil {
 		return Txn{}, fmt.Errorf("history: decode the entry at %s: %w", lsn, err)
 	}
+	t.LSN = lsn
 	last := uint32(0)
 	for i := range t.Events {
 		e := &t.Events[i]
