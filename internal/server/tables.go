@@ -15,6 +15,7 @@ import (
 	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
@@ -58,7 +59,7 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target,
 		Claims: policy.NewClaims(f.Identity.Claims), From: f.From})
 	if err == nil && cut != nil {
-		if sub.Head, unsubscribe, err = t.share(ctx, f, sub, unsubscribe, cut); err != nil {
+		if sub.Head, unsubscribe, err = t.share(ctx, s, f, sub, unsubscribe, cut); err != nil {
 			return session.TableSubscription{}, err
 		}
 	}
@@ -87,8 +88,10 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 // share files an attached subscription's interest among the nodes and moves its start to
 // where every later change reaches this node: past the table's mark, read after the row was
 // filed (cluster.Node.Replicate says why that is exact). What the router handed the
-// subscription meanwhile waits in cut, which then lets through only what is past the start.
-func (t *tables) share(ctx context.Context, f session.SubscribeRequest, sub router.Subscription, unsubscribe func(), cut *cutover) (stream.Position, func(), error) {
+// subscription meanwhile waits in cut, which then lets through only what is past the start. A
+// resumed subscription is first replayed what it missed up to the start, to s, from the
+// history the nodes share (resume); it then starts after its from.
+func (t *tables) share(ctx context.Context, s stream.Receiver, f session.SubscribeRequest, sub router.Subscription, unsubscribe func(), cut *cutover) (stream.Position, func(), error) {
 	table := f.Table
 	if !strings.Contains(table, ".") {
 		table = "public." + table
@@ -99,18 +102,77 @@ func (t *tables) share(ctx context.Context, f session.SubscribeRequest, sub rout
 		unsubscribe()
 		return stream.Position{}, nil, shareError(err)
 	}
-	mark, err := t.peers.node.Mark(ctx, owner)
+	m, err := t.peers.node.Mark(ctx, owner)
 	if err != nil {
 		unsubscribe()
 		release()
 		return stream.Position{}, nil, shareError(err)
 	}
-	head := sub.Head
-	if lsn := change.LSN(mark); lsn > head.LSN {
-		head = stream.TablePosition(lsn, 0)
+	mark := change.LSN(m)
+	start := sub.Head
+	if mark > start.LSN {
+		start = stream.TablePosition(mark, 0)
 	}
-	cut.open(head)
+	head := start
+	if t.resume(ctx, s, table, f.From, sub, mark, start) {
+		head = f.From
+	}
+	cut.open(start)
 	return head, func() { unsubscribe(); release() }, nil
+}
+
+// replayLimit bounds what a resume reads of a table's shared history: past it the resume is a
+// history_expired resync. The session holds at most its data lane's bounds of what is replayed
+// before it answers (4 MiB by default) and makes the rest a lane_full resync, so reading much
+// more than that is wasted; transactions the filter drops are why the bound is above it.
+var replayLimit = history.Limit{Entries: 10000, Bytes: 16 << 20}
+
+// resume replays to s what a subscription resuming from missed up to start, from the table's
+// history in Redis, and reports whether it did; if not, the subscription starts after start,
+// and the session reports the rest as a history_expired resync.
+//
+// The history holds every transaction of the table at or before mark (the replicator appends
+// before it stamps), and every one after mark reaches this node live, so the replay is read up
+// to mark. Past mark, up to start (the router's head, when it is later), this node's router
+// routes nothing: that is exact only when the head is a transaction the router routed
+// (sub.Routed): the replicator had then stamped every transaction before it, so the table has
+// none there. A head the router was told of (where it started following, or a loss it reported)
+// may have the table's transactions before it that the replicator has not stamped yet, which
+// would never come: then there is no replay.
+func (t *tables) resume(ctx context.Context, s stream.Receiver, table string, from stream.Position, sub router.Subscription, mark change.LSN, start stream.Position) bool {
+	if t.peers.history == nil || !from.IsTable() || !after(start, from) {
+		return false // nothing to resume, or a from ahead of this node (Subscribe holds it back)
+	}
+	if sub.Head.LSN > mark && sub.Routed < sub.Head.LSN {
+		return false
+	}
+	// After from: after its transaction, or inside it, which the replay cuts.
+	since := from.LSN
+	if from.Idx > 0 {
+		since--
+	}
+	if mark <= since {
+		return true // the table has no transaction after from that this node will not route
+	}
+	r, err := t.peers.history.Read(ctx, table, since, mark, replayLimit)
+	if err != nil {
+		t.peers.log.Warn("cluster: read a table's history for a resume; it is a resync", "table", table, "from", from.String(), "error", err)
+		return false
+	}
+	if !r.Covers(since, mark) {
+		return false
+	}
+	txns := make([]history.Txn, 0, len(r.Entries))
+	for _, e := range r.Entries {
+		txn, err := history.Decode(e.LSN, e.Data)
+		if err != nil {
+			t.peers.log.Warn("cluster: a table's history holds an entry that does not decode; the resume is a resync", "table", table, "error", err)
+			return false
+		}
+		txns = append(txns, txn)
+	}
+	sub.Replay(s, from, txns)
+	return true
 }
 
 // shareError keeps a refusal the interest index made (too many subscriptions) and turns a

@@ -74,7 +74,7 @@ func RunHistory(t *testing.T, newStore NewHistory) {
 	t.Run("entries are read back in order, with their prev raised to the entry before", func(t *testing.T) {
 		k := mk(t, history.Config{})
 		k.append(entry("public.a", 10, 9), entry("public.b", 10, 5))
-		k.append(entry("public.a", 20, 0)) // knows nothing better than 0
+		k.append(entry("public.a", 20, 0))  // knows nothing better than 0
 		k.append(entry("public.a", 30, 25)) // knows more than the stream: kept
 		r := k.read("public.a", 0, 30, noLimit)
 		if got, want := k.lsns("public.a", r), []string{"10<-9", "20<-10", "30<-25"}; !r.Found || r.Floor != 9 || !cmp.Equal(got, want) {
