@@ -2,6 +2,7 @@ package history
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -120,5 +121,26 @@ func TestConfig(t *testing.T) {
 	}
 	if d := (Config{}).WithDefaults(); d.MaxBytes != DefaultMaxBytes || d.MaxAge != DefaultMaxAge {
 		t.Errorf("WithDefaults = %+v", d)
+	}
+}
+
+// BenchmarkEncode measures what the replicator spends per table per transaction to record it.
+func BenchmarkEncode(b *testing.B) {
+	for _, n := range []int{1, 16, 256} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			txn := &change.Txn{CommitLSN: 0x500}
+			idx := make([]int, n)
+			for i := range n {
+				txn.Events = append(txn.Events, change.Event{Table: "public.items", Op: change.Insert, LSN: 0x500, Key: []string{"id"},
+					After: change.Row{{Name: "id", Value: json.RawMessage(fmt.Sprint(i))}, {Name: "title", Value: json.RawMessage(`"a title of some length"`)}}})
+				idx[i] = i
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Encode(txn, idx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package history
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/heraldrt/herald/internal/change"
 )
@@ -27,13 +28,49 @@ type Event struct {
 }
 
 // Encode returns the payload of txn's changes at the (0-based) indexes idx, and its overflow.
+// It writes each change with change.Event.AppendJSON, without reflection: the replicator runs
+// it for every table of every transaction.
 func Encode(txn *change.Txn, idx []int) ([]byte, error) {
-	t := Txn{Overflow: txn.Overflow, Events: make([]Event, 0, len(idx))}
-	for _, i := range idx {
-		e := &txn.Events[i]
-		t.Events = append(t.Events, Event{Idx: uint32(i + 1), Event: *e, Key: e.Key})
+	b := make([]byte, 0, 256*len(idx)+16)
+	b = append(b, '{')
+	if txn.Overflow != nil {
+		of, err := json.Marshal(txn.Overflow)
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, `"o":`...)
+		b = append(b, of...)
+		if len(idx) > 0 {
+			b = append(b, ',')
+		}
 	}
-	return json.Marshal(&t)
+	if len(idx) > 0 {
+		b = append(b, `"e":[`...)
+		for k, i := range idx {
+			if k > 0 {
+				b = append(b, ',')
+			}
+			e := &txn.Events[i]
+			b = append(b, `{"i":`...)
+			b = strconv.AppendUint(b, uint64(i+1), 10)
+			if len(e.Key) > 0 {
+				b = append(b, `,"k":[`...)
+				for j, c := range e.Key {
+					if j > 0 {
+						b = append(b, ',')
+					}
+					b = change.AppendJSONString(b, c)
+				}
+				b = append(b, ']')
+			}
+			// The event's own object, its opening brace replaced by the comma after ours.
+			n := len(b)
+			b = e.AppendJSON(b)
+			b[n] = ','
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
 }
 
 // Decode reads a payload Encode made, of the entry at lsn: the Txn's LSN and each event's.
