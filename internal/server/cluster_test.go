@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -368,6 +369,18 @@ func TestTableResumeAcrossNodes(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("resumed on the other node: %v, want %v", got, want)
+	}
+	// What a resume checks a head the node was only told of against: how far the slot has
+	// confirmed, past the last change, from any node.
+	last6 := mustPos(t, prev).LSN
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		c, err := follower.srv.schema.Confirmed(context.Background())
+		if err == nil && c > last6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot's confirmed position, read on the follower: %s, %v; want past %s", c, err, last6)
+		}
 	}
 }
 

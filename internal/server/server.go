@@ -232,7 +232,7 @@ func New(cfg Config) (*Server, error) {
 		if err := fc.Validate(); err != nil {
 			return nil, err
 		}
-		schema, err := newPGSchema(context.Background(), fc.DatabaseURL, fc.PublicationName())
+		schema, err := newPGSchema(context.Background(), fc.DatabaseURL, fc.PublicationName(), fc.SlotName())
 		if err != nil {
 			pr.close()
 			return nil, err
@@ -250,7 +250,10 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr}
+		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger}
+		if pr != nil {
+			s.tables.history = pr.history
+		}
 		// The table rules compile once the stream is live, when the publication they read the
 		// tables through exists; until then the router is not live, and a subscription waits.
 		fc.OnStream = func(start change.LSN) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,8 +34,15 @@ type tables struct {
 	// be at or past it, so a from there is from somewhere else.
 	walEnd func(context.Context) (change.LSN, error)
 	// peers, when the node is one of many: a subscription's interest is filed for the
-	// replicator to route by, and it starts after the table's mark (see subscribeShared).
+	// replicator to route by, and it starts after the table's mark (see share).
 	peers *peers
+	// history, when the node is one of many, is the tables' history the replicator keeps,
+	// which a resumed subscription is replayed from (see resume).
+	history history.Store
+	// confirmed reads how far Herald's replication slot has confirmed: every transaction that
+	// committed before it was handed on by a replicator, and so stamped and recorded.
+	confirmed func(context.Context) (change.LSN, error)
+	log       *slog.Logger
 }
 
 var _ session.Tables = (*tables)(nil)
@@ -134,17 +142,26 @@ var replayLimit = history.Limit{Entries: 10000, Bytes: 16 << 20}
 // The history holds every transaction of the table at or before mark (the replicator appends
 // before it stamps), and every one after mark reaches this node live, so the replay is read up
 // to mark. Past mark, up to start (the router's head, when it is later), this node's router
-// routes nothing: that is exact only when the head is a transaction the router routed
-// (sub.Routed): the replicator had then stamped every transaction before it, so the table has
-// none there. A head the router was told of (where it started following, or a loss it reported)
-// may have the table's transactions before it that the replicator has not stamped yet, which
-// would never come: then there is no replay.
+// routes nothing, and the table must have no transaction there. It has none when the head is
+// a transaction the router routed (sub.Routed): the replicator had stamped every one before
+// it. A head the router was told of instead (where it started following, a loss it reported)
+// may have the table's transactions before it that no replicator has reached yet, which would
+// never come; unless the slot has confirmed past the head, and so every one before it was
+// stamped.
 func (t *tables) resume(ctx context.Context, s stream.Receiver, table string, from stream.Position, sub router.Subscription, mark change.LSN, start stream.Position) bool {
-	if t.peers.history == nil || !from.IsTable() || !after(start, from) {
+	if t.history == nil || !from.IsTable() || !after(start, from) {
 		return false // nothing to resume, or a from ahead of this node (Subscribe holds it back)
 	}
 	if sub.Head.LSN > mark && sub.Routed < sub.Head.LSN {
-		return false
+		if t.confirmed == nil {
+			return false
+		}
+		// Strictly past it: a transaction whose commit is at the head exactly (the WAL end the
+		// node was told of) ends after it.
+		c, err := t.confirmed(ctx)
+		if err != nil || c <= sub.Head.LSN {
+			return false
+		}
 	}
 	// After from: after its transaction, or inside it, which the replay cuts.
 	since := from.LSN
@@ -154,9 +171,9 @@ func (t *tables) resume(ctx context.Context, s stream.Receiver, table string, fr
 	if mark <= since {
 		return true // the table has no transaction after from that this node will not route
 	}
-	r, err := t.peers.history.Read(ctx, table, since, mark, replayLimit)
+	r, err := t.history.Read(ctx, table, since, mark, replayLimit)
 	if err != nil {
-		t.peers.log.Warn("cluster: read a table's history for a resume; it is a resync", "table", table, "from", from.String(), "error", err)
+		t.log.Warn("cluster: read a table's history for a resume; it is a resync", "table", table, "from", from.String(), "error", err)
 		return false
 	}
 	if !r.Covers(since, mark) {
@@ -166,7 +183,7 @@ func (t *tables) resume(ctx context.Context, s stream.Receiver, table string, fr
 	for _, e := range r.Entries {
 		txn, err := history.Decode(e.LSN, e.Data)
 		if err != nil {
-			t.peers.log.Warn("cluster: a table's history holds an entry that does not decode; the resume is a resync", "table", table, "error", err)
+			t.log.Warn("cluster: a table's history holds an entry that does not decode; the resume is a resync", "table", table, "error", err)
 			return false
 		}
 		txns = append(txns, txn)
@@ -337,6 +354,7 @@ const schemaCacheMax = 1024
 type pgSchema struct {
 	pool        *pgxpool.Pool
 	publication string
+	slot        string
 
 	mu    sync.Mutex
 	cache map[string]cachedTable // guarded by mu
@@ -349,7 +367,7 @@ type cachedTable struct {
 
 var _ router.Schema = (*pgSchema)(nil)
 
-func newPGSchema(ctx context.Context, url, publication string) (*pgSchema, error) {
+func newPGSchema(ctx context.Context, url, publication, slot string) (*pgSchema, error) {
 	cc, err := changefeed.ConnConfig(url, false)
 	if err != nil {
 		return nil, err
@@ -364,7 +382,7 @@ func newPGSchema(ctx context.Context, url, publication string) (*pgSchema, error
 	if err != nil {
 		return nil, fmt.Errorf("catalog pool: %w", err)
 	}
-	return &pgSchema{pool: pool, publication: publication, cache: map[string]cachedTable{}}, nil
+	return &pgSchema{pool: pool, publication: publication, slot: slot, cache: map[string]cachedTable{}}, nil
 }
 
 func (p *pgSchema) Close() { p.pool.Close() }
@@ -379,6 +397,21 @@ func (p *pgSchema) WALEnd(ctx context.Context) (change.LSN, error) {
 	}
 	if text == nil {
 		return 0, fmt.Errorf("read the WAL position: the standby has replayed nothing")
+	}
+	return change.ParseLSN(*text)
+}
+
+// Confirmed returns how far Herald's replication slot has confirmed (confirmed_flush_lsn, which
+// Postgres updates at each of the replicator's status updates): every transaction that
+// committed before it was handed on by a replicator. Zero while the slot has none.
+func (p *pgSchema) Confirmed(ctx context.Context) (change.LSN, error) {
+	var text *string
+	err := p.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, p.slot).Scan(&text)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && text == nil {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the slot's confirmed position: %w", err)
 	}
 	return change.ParseLSN(*text)
 }
