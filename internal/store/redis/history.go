@@ -103,9 +103,6 @@ func (h *History) Read(ctx context.Context, table string, after, through change.
 	if table == "" {
 		return history.Range{}, fmt.Errorf("history read: no table")
 	}
-	if through <= after {
-		return history.Range{}, fmt.Errorf("history read %s: an empty range (%s, %s]", table, after, through)
-	}
 	args := []string{"(" + strconv.FormatUint(uint64(after), 10) + "-0", strconv.FormatUint(uint64(through), 10) + "-0",
 		strconv.Itoa(max(lim.Entries, 0)), strconv.Itoa(max(lim.Bytes, 0))}
 	flat, err := h.read.Exec(ctx, h.c.rc, []string{h.historyKey(table)}, args).AsStrSlice()
