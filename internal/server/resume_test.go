@@ -59,6 +59,7 @@ func TestResumeDecision(t *testing.T) {
 		{name: "another table, without history", table: "public.other", from: pos(10, 0), head: 30, routed: 30, mark: 30},
 		{name: "a mark the history does not reach", from: pos(10, 0), head: 40, routed: 40, mark: 40},
 		{name: "nothing of the table after from", from: pos(30, 0), head: 50, routed: 50, mark: 30, want: true},
+		{name: "no mark, which says nothing", from: pos(30, 0), head: 50, routed: 50, mark: 0},
 		{name: "from ahead of the start", from: pos(60, 0), head: 50, routed: 50, mark: 30},
 		{name: "from at the start", from: pos(50, 0), head: 50, routed: 50, mark: 30},
 		{name: "a head told of, not confirmed past", from: pos(10, 0), head: 40, routed: 30, mark: 30,

@@ -169,7 +169,10 @@ func (t *tables) resume(ctx context.Context, s stream.Receiver, table string, fr
 		since--
 	}
 	if mark <= since {
-		return true // the table has no transaction after from that this node will not route
+		// The table has no transaction after from that this node will not route, as its mark
+		// is its last one; but no mark (Redis lost it, or the table had no change for as long
+		// as a mark lives) says nothing of what came before.
+		return mark > 0
 	}
 	r, err := t.history.Read(ctx, table, since, mark, replayLimit)
 	if err != nil {
