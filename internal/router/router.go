@@ -132,10 +132,10 @@ type Router struct {
 	// accepted is the commit LSN of the last transaction Accept routed: head, unless head came
 	// from Seed or GapAll, past transactions this router never saw. Guarded by mu.
 	accepted change.LSN
-	gen    uint64            // guarded by mu: the routing generation, which dedupes candidates
-	rt     routing           // guarded by mu: Accept's scratch space, reused
-	live   bool              // guarded by mu: the stream has gone live (Seed or Accept)
-	hist   *History          // nil: none; its fields are guarded by mu
+	gen      uint64   // guarded by mu: the routing generation, which dedupes candidates
+	rt       routing  // guarded by mu: Accept's scratch space, reused
+	live     bool     // guarded by mu: the stream has gone live (Seed or Accept)
+	hist     *History // nil: none; its fields are guarded by mu
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets

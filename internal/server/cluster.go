@@ -32,7 +32,7 @@ type peers struct {
 	presence  *redisstore.Presence
 	history   *redisstore.History // the tables' history, for resumes on any node
 	beacon    *redisstore.Beacon  // who replicates: its node id while its stream is live
-	nodes     *redisstore.Nodes  // the registry of live nodes and their URLs; set by register
+	nodes     *redisstore.Nodes   // the registry of live nodes and their URLs; set by register
 	node      *cluster.Node
 	hub       *hubRef
 	log       *slog.Logger
