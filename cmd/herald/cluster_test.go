@@ -644,6 +644,70 @@ func testReplicatorFailover(t *testing.T, redisURL string) {
 	}
 }
 
+// TestClusterTableResume: rows are inserted all along; a subscriber on a node that does not
+// replicate has its node killed with SIGKILL, and resumes on the other such node from the
+// position of the last change it had. From the tables' history in Redis it gets every row it
+// missed, then the live ones: each row once (or again at the position it first came with),
+// in order, and no resync.
+func TestClusterTableResume(t *testing.T) {
+	redisVariants(t, testTableResume)
+}
+
+func testTableResume(t *testing.T, redisURL string) {
+	db := testenv.NewDatabase(t)
+	testenv.Exec(t, db, `CREATE TABLE items (id int PRIMARY KEY, v text)`)
+	c := startCluster(t, clusterConfig{RedisURL: redisURL, Database: db, Tables: []string{"public.items"}, Env: bigLanes})
+	rep := c.replicator(t, nodeReadyWithin)
+	others := c.others(rep)
+	gone, next := others[0], others[1]
+	who := "the subscriber on " + gone.name
+	conn := c.dial(t, gone, "alice")
+	subscribe(t, who, conn, client.Subscription{Sub: "items", Table: "public.items"})
+	before := follow(conn, nil)
+	w := startWriter(t, db)
+	stopped := false
+	defer func() {
+		if !stopped {
+			close(w.stop)
+			<-w.done
+		}
+	}()
+	waitFor(t, deliveredWithin, func() (bool, string) {
+		return before.lastID() >= 200, fmt.Sprintf("%s to receive 200 rows before the kill; it has row %d (reading: %v)", who, before.lastID(), before.reading())
+	})
+	t.Logf("killing %s", gone.name)
+	gone.kill(t)
+	_ = before.wait(t, who)
+	had := before.list()
+	var last client.Position
+	switch g := had[len(had)-1]; {
+	case g.resync != nil:
+		last = g.resync.Last
+	default:
+		last = g.pos
+	}
+	resumed := "the subscriber resumed on " + next.name
+	conn2 := c.dial(t, next, "alice")
+	subscribe(t, resumed, conn2, client.Subscription{Sub: "items", Table: "public.items", From: last})
+	after := follow(conn2, nil)
+	atResume := int(w.committed.Load())
+	t.Logf("%s resumed after row %d at %v; %d rows were committed then", resumed, before.lastID(), last, atResume)
+	waitFor(t, deliveredWithin, func() (bool, string) {
+		return int(w.committed.Load()) >= atResume+200, fmt.Sprintf("200 rows to be committed after the resume (at %d, now %d)", atResume, w.committed.Load())
+	})
+	final := w.end(t)
+	stopped = true
+	waitFor(t, deliveredWithin, func() (bool, string) {
+		if err := after.reading(); err != nil {
+			t.Fatalf("%s stopped reading: %v", resumed, err)
+		}
+		return after.lastID() >= final, fmt.Sprintf("%s to receive row %d; it has row %d", resumed, final, after.lastID())
+	})
+	if resyncs := checkRows(t, "the subscriber across the kill", append(had, after.list()...), final); len(resyncs) > 0 {
+		t.Errorf("a resume from inside the table's history had resyncs: %s", describeResyncs(resyncs))
+	}
+}
+
 // checkRows checks one subscription's frames of the writer's rows (ids 1, 2, 3, ... in commit
 // order, the subscription made before the first): every row arrives once, or again at exactly
 // the position it first came with (a replay, which a client drops by position); leaving

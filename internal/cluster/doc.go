@@ -2,8 +2,10 @@
 // it files the interest of the node's subscriptions, routes the node's publications and
 // presence events and, on the replicator, each committed transaction to the nodes whose
 // interest they hit, and hands what other nodes send it to its hub, router and presence, in
-// order. A publication or transaction lost on the way is reported as a gap. It declares the
-// Transport, Hub, Tables and Presence it uses.
+// order. A publication or transaction lost on the way is reported as a gap. On the replicator
+// it also records each transaction in the history of the tables it touched (Config.History,
+// internal/history), so a table subscription resuming on any node is replayed what it missed.
+// It declares the Transport, Hub, Tables and Presence it uses.
 //
 // # Interest
 //
@@ -26,6 +28,16 @@
 //
 // Replicate runs on its caller's goroutine, the changefeed's sink, with a rows cache of its
 // own, and returns once the transport holds what it sent.
+//
+// # History
+//
+// Replicate appends a transaction to each of its tables' histories (one round trip for all)
+// before it stamps any of them, so every transaction at or before a table's mark is in the
+// table's history; a failed append fails Replicate. An entry's Prev is what the node knows of
+// the table's transaction before it: the last it recorded, else where its stream started
+// (Streaming, which the changefeed's OnStream calls), else the entry's own LSN less one. The
+// node forgets what it knew when a stream resumes past the last transaction it recorded:
+// another replicator may have recorded some meanwhile.
 //
 // # Bounds
 //

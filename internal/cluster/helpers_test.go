@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/store/memory"
 	"github.com/heraldrt/herald/internal/stream"
@@ -180,9 +182,10 @@ func (p *fakePresence) Apply(channel string, kind stream.PresenceKind, m stream.
 // world is a set of nodes sharing one interest store and one transport, as nodes share one
 // Redis.
 type world struct {
-	store *memory.Interest
-	tr    *fakeTransport
-	calls *calls
+	store   *memory.Interest
+	history *memory.History
+	tr      *fakeTransport
+	calls   *calls
 }
 
 func newWorld(t *testing.T) *world {
@@ -191,8 +194,12 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h, err := memory.NewHistory(history.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &calls{}
-	return &world{store: s, tr: &fakeTransport{calls: c}, calls: c}
+	return &world{store: s, history: h, tr: &fakeTransport{calls: c}, calls: c}
 }
 
 // peer is one node of a world and its fakes.
@@ -343,4 +350,40 @@ func (s *spyStore) Refresh(ctx context.Context, owner, socket string) (int, erro
 		f()
 	}
 	return s.Store.Refresh(ctx, owner, socket)
+}
+
+// spyHistory is a history.Store that logs each Append as "append <tables, sorted>", keeps the
+// Prev each entry was given, and can fail.
+type spyHistory struct {
+	history.Store
+	calls *calls
+
+	mu        sync.Mutex
+	appendErr error                 // guarded by mu
+	prevs     map[string]change.LSN // guarded by mu: the last Append's entries' Prev, by table
+}
+
+func (s *spyHistory) Append(ctx context.Context, entries []history.Entry) error {
+	var tables []string
+	prevs := map[string]change.LSN{}
+	for _, e := range entries {
+		tables = append(tables, e.Table)
+		prevs[e.Table] = e.Prev
+	}
+	slices.Sort(tables)
+	s.calls.add("append %s", strings.Join(tables, ","))
+	s.mu.Lock()
+	err := s.appendErr
+	s.prevs = prevs
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.Store.Append(ctx, entries)
+}
+
+func (s *spyHistory) lastPrevs() map[string]change.LSN {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.prevs
 }

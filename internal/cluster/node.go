@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/fault"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/stream"
 )
@@ -63,6 +64,9 @@ type Config struct {
 	Hub      Hub
 	Tables   Tables
 	Presence Presence // nil: presence events from other nodes are dropped
+	// History, on the replicator, is where Replicate records each transaction for the tables it
+	// touched, for resumes on any node (internal/history). nil: none is kept.
+	History history.Store
 	// RowTTL is the interest store's TTL: Run renews this node's rows every RowTTL/4.
 	// Default interest.DefaultTTL.
 	RowTTL time.Duration
@@ -97,6 +101,8 @@ type Node struct {
 
 	cache  map[string]*ownerCache // owned by the publication router goroutine
 	tcache map[string]*ownerCache // owned by Replicate's caller, the changefeed's sink goroutine
+
+	recorded recorded // what Replicate knows of the tables' histories
 
 	stats counters
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/history"
 )
 
 // Replicate is the changefeed's sink on the replicator: it sends each transaction's changes to
@@ -14,17 +16,27 @@ import (
 // returns once the transport holds what it sent (Flush), so the changefeed confirms only what
 // every interested node was handed.
 //
-// Per table the transaction touches, it first stamps the table's owner with the
-// transaction's commit LSN and, in the same step, reads the owner's generation; only then does
-// it read (or take from its cache) the rows of the changes' tokens. A subscription on any node
-// files its row, then reads the mark: every transaction past the mark was stamped after the
-// row was filed, so its routing saw the row; the subscription starts after the mark.
+// First, with Config.History, it appends the transaction to the history of each table it
+// touched, all of them in one round trip, before any is stamped: every transaction of a table
+// at or before the mark a subscriber reads is in the table's history, so a resume is replayed
+// from there up to the mark, and live past it. An append that fails fails Replicate: the
+// changefeed does not confirm the transaction, and streams it again.
+//
+// Then, per table the transaction touches, it stamps the table's owner with the transaction's
+// commit LSN and, in the same step, reads the owner's generation; only then does it read (or
+// take from its cache) the rows of the changes' tokens. A subscription on any node files its
+// row, then reads the mark: every transaction past the mark was stamped after the row was
+// filed, so its routing saw the row; the subscription starts after the mark.
 func (n *Node) Replicate(ctx context.Context, txn *change.Txn) error {
 	if n.cfg.Tables == nil {
 		return fmt.Errorf("cluster: replicate without tables")
 	}
+	byTable := tablesOf(txn)
+	if err := n.record(ctx, txn, byTable); err != nil {
+		return err
+	}
 	perNode := map[string][]int{}
-	if err := n.routeTxn(ctx, txn, perNode); err != nil {
+	if err := n.routeTxn(ctx, txn, byTable, perNode); err != nil {
 		return err
 	}
 	for node, idx := range perNode {
@@ -47,10 +59,9 @@ func (n *Node) Replicate(ctx context.Context, txn *change.Txn) error {
 	return nil
 }
 
-// routeTxn fills perNode with the indexes of the events each other node must get. A
-// transaction too large to hold (Overflow) goes, with no events, to every node holding any of
-// its tables.
-func (n *Node) routeTxn(ctx context.Context, txn *change.Txn, perNode map[string][]int) error {
+// tablesOf returns the indexes of txn's events by table, and, for a transaction too large to
+// hold (Overflow), each table it names, with no events.
+func tablesOf(txn *change.Txn) map[string][]int {
 	byTable := map[string][]int{}
 	for i := range txn.Events {
 		if e := &txn.Events[i]; e.Op != change.Message && e.Table != "" {
@@ -64,6 +75,13 @@ func (n *Node) routeTxn(ctx context.Context, txn *change.Txn, perNode map[string
 			}
 		}
 	}
+	return byTable
+}
+
+// routeTxn fills perNode with the indexes of the events each other node must get. A
+// transaction too large to hold (Overflow) goes, with no events, to every node holding any of
+// its tables.
+func (n *Node) routeTxn(ctx context.Context, txn *change.Txn, byTable map[string][]int, perNode map[string][]int) error {
 	for table, idx := range byTable {
 		owner := TableOwner(table)
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
@@ -128,4 +146,105 @@ func (n *Node) routeTable(ctx context.Context, txn *change.Txn, table, owner str
 		}
 	}
 	return nil
+}
+
+// record appends txn to the history of each table it touched (byTable), in one round trip.
+// Each entry's Prev is what this node knows of the table's transaction before it (see
+// recorded); the store raises it to the table's last entry.
+func (n *Node) record(ctx context.Context, txn *change.Txn, byTable map[string][]int) error {
+	if n.cfg.History == nil || len(byTable) == 0 {
+		return nil
+	}
+	entries := make([]history.Entry, 0, len(byTable))
+	for table, idx := range byTable {
+		data, err := history.Encode(txn, idx)
+		if err != nil {
+			return fmt.Errorf("cluster: encode transaction %s of %s for its history: %w", txn.CommitLSN, table, err)
+		}
+		entries = append(entries, history.Entry{Table: table, LSN: txn.CommitLSN, Data: data})
+	}
+	n.recorded.mu.Lock()
+	for i := range entries {
+		entries[i].Prev = n.recorded.prev(entries[i].Table, txn.CommitLSN)
+	}
+	n.recorded.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.Timeout)
+	err := n.cfg.History.Append(cctx, entries)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("cluster: record transaction %s in its tables' history: %w", txn.CommitLSN, err)
+	}
+	n.recorded.mu.Lock()
+	n.recorded.note(entries)
+	n.recorded.mu.Unlock()
+	return nil
+}
+
+// recorded is what the replicator knows of the tables' histories, for the Prev of what it
+// appends: an entry's Prev must be at or after the table's transaction before it, and a
+// table's history may have gone (an idle table's expires) while this node remembers its last
+// transaction, or since before this node streamed. Guarded by mu: Replicate and Streaming run
+// on the changefeed's goroutines, in turn.
+type recorded struct {
+	mu sync.Mutex
+	// known says Streaming was told where the stream started, so from means something.
+	known bool
+	// from: every transaction committed after it reaches Replicate here, in commit order
+	// (a stream resumes at or before the last transaction recorded, or this is reset).
+	from change.LSN
+	// to is the commit LSN of the last transaction recorded.
+	to change.LSN
+	// last is each table's last transaction recorded in (from, to]: at most maxRecordedTables.
+	last map[string]change.LSN
+}
+
+// maxRecordedTables bounds what recorded remembers: past it, it forgets every table, and from
+// moves up to the last transaction recorded, which stays true.
+const maxRecordedTables = 1 << 16
+
+// prev returns what an entry of table at lsn may give as its Prev: the table's last transaction
+// this node recorded; failing that, the position after which it saw every transaction; failing
+// that, lsn-1, true of any transaction.
+func (r *recorded) prev(table string, lsn change.LSN) change.LSN {
+	if l, ok := r.last[table]; ok {
+		return l
+	}
+	if r.known {
+		return r.from
+	}
+	return lsn - 1
+}
+
+// note remembers what was appended (or was there already).
+func (r *recorded) note(entries []history.Entry) {
+	if r.last == nil {
+		r.last = map[string]change.LSN{}
+	}
+	for _, e := range entries {
+		r.last[e.Table] = max(r.last[e.Table], e.LSN)
+		r.to = max(r.to, e.LSN)
+	}
+	if len(r.last) > maxRecordedTables {
+		clear(r.last)
+		r.from = r.to
+	}
+}
+
+// Streaming tells the replicator its change stream went live at start (changefeed.OnStream):
+// every transaction committed at or after start reaches Replicate, in commit order. What it
+// knew of the tables' histories holds on only when it saw every transaction before start (the
+// stream resumes at or before the last one it recorded); otherwise another replicator may have
+// recorded some meanwhile, and it forgets.
+func (n *Node) Streaming(start change.LSN) {
+	from := start
+	if from > 0 {
+		from--
+	}
+	r := &n.recorded
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.known || from > r.to {
+		r.known, r.from, r.to = true, from, from
+		clear(r.last)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 )
 
@@ -17,15 +18,17 @@ import (
 // watch tables: B orders whose id is 1, C every order, D every item, E items whose id is 6.
 type replication struct {
 	*world
-	r   *peer
-	spy *spyStore
+	r    *peer
+	spy  *spyStore
+	hist *spyHistory
 }
 
 func newReplication(t *testing.T) *replication {
 	t.Helper()
 	w := newWorld(t)
 	spy := &spyStore{Store: w.store, calls: w.calls}
-	rp := &replication{world: w, spy: spy, r: w.node(t, "R", func(c *Config) { c.Interest = spy })}
+	hist := &spyHistory{Store: w.history, calls: w.calls}
+	rp := &replication{world: w, spy: spy, hist: hist, r: w.node(t, "R", func(c *Config) { c.Interest, c.History = spy, hist })}
 	for _, wt := range []struct{ node, table, token string }{
 		{"B", "public.orders", "k:id=1"},
 		{"C", "public.orders", "*"},
@@ -71,6 +74,24 @@ func only(txn *change.Txn, idx ...int) *change.Txn {
 		}
 	}
 	return &c
+}
+
+// read decodes what table's history holds in (after, through].
+func (rp *replication) read(t *testing.T, table string, after, through change.LSN) []history.Txn {
+	t.Helper()
+	r, err := rp.world.history.Read(context.Background(), table, after, through, history.Limit{Entries: 100, Bytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []history.Txn
+	for _, e := range r.Entries {
+		txn, err := history.Decode(e.LSN, e.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, txn)
+	}
+	return out
 }
 
 func (rp *replication) mark(t *testing.T, table string) change.LSN {
@@ -273,6 +294,7 @@ func TestReplicateFails(t *testing.T) {
 		accepted   bool
 		wantFlushs int
 	}{
+		{"history", func(rp *replication) { rp.hist.appendErr = boom }, false, false, 0},
 		{"stamp", func(rp *replication) { rp.spy.stampErr = boom }, false, false, 0},
 		{"flush", func(rp *replication) { rp.tr.flushErr = boom }, true, true, 1},
 		{"local router", func(rp *replication) { rp.r.tables.acceptErr = boom }, true, true, 0},
@@ -293,6 +315,9 @@ func TestReplicateFails(t *testing.T) {
 			if got := rp.tr.flushCount(); got != tc.wantFlushs {
 				t.Errorf("%d flushes, want %d", got, tc.wantFlushs)
 			}
+			if tc.name == "history" && rp.mark(t, "public.orders") != 0 {
+				t.Error("a table was stamped though its history was not written")
+			}
 		})
 	}
 }
@@ -308,4 +333,83 @@ func TestReplicateWithoutTables(t *testing.T) {
 // rowOf is a row a node files for token, as Watch would.
 func rowOf(node, token string) interest.Row {
 	return interest.Row{Token: token, Socket: node, Sub: "x" + token, Identity: "alice", Node: node}
+}
+
+// TestReplicateRecordsHistoryBeforeStamping: every table a transaction touched gets its entry,
+// in one append, before any table is stamped; an overflow's tables get theirs too.
+func TestReplicateRecordsHistoryBeforeStamping(t *testing.T) {
+	rp := newReplication(t)
+	rp.calls.log = nil
+	txn := testTxn()
+	if err := rp.r.Replicate(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+	calls := rp.calls.all()
+	appendAt := slices.Index(calls, "append public.items,public.orders")
+	firstStamp := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "stamp ") })
+	if appendAt < 0 || firstStamp < appendAt || rp.calls.count("append public.items,public.orders") != 1 {
+		t.Fatalf("calls %q: want one append of both tables, before any stamp", calls)
+	}
+	for table, idx := range map[string][]int{"public.orders": {0, 3}, "public.items": {1}} {
+		got := rp.read(t, table, txn.CommitLSN-1, txn.CommitLSN)
+		if len(got) != 1 {
+			t.Fatalf("%s: %d entries, want 1", table, len(got))
+		}
+		var want []history.Event
+		for _, i := range idx {
+			want = append(want, history.Event{Idx: uint32(i + 1), Event: txn.Events[i], Key: txn.Events[i].Key})
+		}
+		if diff := cmp.Diff(want, got[0].Events); diff != "" {
+			t.Errorf("%s's entry (-want +got):\n%s", table, diff)
+		}
+	}
+
+	// Again after a failover: nothing changes.
+	if err := rp.r.Replicate(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+	if got := rp.read(t, "public.orders", 0, txn.CommitLSN); len(got) != 1 {
+		t.Errorf("after the transaction came again: %d entries, want 1", len(got))
+	}
+
+	of := &change.Txn{CommitLSN: txn.CommitLSN + 0x100, Overflow: &change.Overflow{Tables: map[string]int{"public.orders": 3}, Changes: 3}}
+	if err := rp.r.Replicate(context.Background(), of); err != nil {
+		t.Fatal(err)
+	}
+	got := rp.read(t, "public.orders", txn.CommitLSN, of.CommitLSN)
+	if len(got) != 1 || got[0].Overflow == nil || got[0].Overflow.Tables["public.orders"] != 3 || len(got[0].Events) != 0 {
+		t.Errorf("an overflow's entry: %+v, want its overflow and no changes", got)
+	}
+}
+
+// TestReplicatePrev: an entry's Prev is the table's last transaction this node recorded, else
+// where its stream started, else its own LSN less one; a stream that resumes past what the node
+// recorded forgets what it knew.
+func TestReplicatePrev(t *testing.T) {
+	rp := newReplication(t)
+	txnAt := func(lsn change.LSN, tables ...string) *change.Txn {
+		txn := &change.Txn{CommitLSN: lsn}
+		for _, table := range tables {
+			txn.Events = append(txn.Events, change.Event{Table: table, Op: change.Insert, After: change.Row{{Name: "id", Value: []byte("1")}}, LSN: lsn})
+		}
+		return txn
+	}
+	step := func(what string, txn *change.Txn, want map[string]change.LSN) {
+		t.Helper()
+		if err := rp.r.Replicate(context.Background(), txn); err != nil {
+			t.Fatal(err)
+		}
+		got := rp.hist.lastPrevs()
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: Prev given (-want +got):\n%s", what, diff)
+		}
+	}
+	step("before the stream said where it started", txnAt(0x100, "public.a"), map[string]change.LSN{"public.a": 0xff})
+	rp.r.Streaming(0x180)
+	step("a stream that resumed after what was recorded", txnAt(0x200, "public.a", "public.b"), map[string]change.LSN{"public.a": 0x17f, "public.b": 0x17f})
+	step("the next", txnAt(0x300, "public.a"), map[string]change.LSN{"public.a": 0x200})
+	rp.r.Streaming(0x250) // resumes before the last recorded: this node saw everything up to it
+	step("a stream resumed inside what was recorded", txnAt(0x400, "public.a", "public.c"), map[string]change.LSN{"public.a": 0x300, "public.c": 0x17f})
+	rp.r.Streaming(0x900) // resumes past it: another replicator may have recorded meanwhile
+	step("a stream resumed past what was recorded", txnAt(0x1000, "public.a"), map[string]change.LSN{"public.a": 0x8ff})
 }

@@ -59,6 +59,17 @@
 // is counted by table (rows_denied); an error is a policy_error gap, naming the rule, for that
 // group alone, never a guess.
 //
+// # Resuming
+//
+// A subscription that comes back with a from is handed what it missed, routed through its own
+// filter, column list and policy as the live changes were: on one node from the router's own
+// History, under mu as it attaches (Subscription.Replayed); among many nodes from the history
+// they share (internal/history), which the caller reads outside the lock and hands to
+// Subscription.Replay, which takes mu for the routing alone and delivers to the receiver it is
+// given. Subscription.Routed says whether the head a subscription starts after is a
+// transaction this router routed or a position it was told of (Seed, GapAll), before which it
+// never saw some transactions and never will.
+//
 // # Output
 //
 // The router knows no protocol. It hands each subscriber a stream.Item, a change view or a

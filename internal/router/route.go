@@ -47,7 +47,7 @@ func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 	if err := r.bus.Flush(ctx); err != nil {
 		return fmt.Errorf("router: flush transaction %s to the bus: %w", txn.CommitLSN, err)
 	}
-	r.head, r.live = txn.CommitLSN, true
+	r.head, r.accepted, r.live = txn.CommitLSN, txn.CommitLSN, true
 	return nil
 }
 
@@ -57,23 +57,27 @@ func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 // filter would have let through is unknown, so a filtered one's resync has no lost.
 func (r *Router) overflow(txn *change.Txn) {
 	for name, n := range txn.Overflow.Tables {
-		t := r.tables[name]
-		if t == nil {
-			continue
+		if t := r.tables[name]; t != nil {
+			r.overflowTable(t, txn.CommitLSN, txn.Overflow, n)
 		}
-		first := stream.TablePosition(txn.CommitLSN, 1)
-		last := stream.TablePosition(txn.CommitLSN, uint32(txn.Overflow.Changes))
-		counted := stream.NewGap(&stream.Gap{First: first, Last: last, Lost: uint64(n), Reason: stream.ReasonTransactionTooLarge})
-		uncounted := stream.NewGap(&stream.Gap{First: first, Last: last, Reason: stream.ReasonTransactionTooLarge})
-		t.each(func(e *entry) {
-			it := uncounted
-			if e.filter.String() == "null" { // the filter that matches every row
-				it = counted
-			}
-			r.bus.Deliver(e.target, e.sub, it)
-			r.delivered.Add(1)
-		})
 	}
+}
+
+// overflowTable tells every subscriber of t that the oversized transaction at lsn let go of n
+// of its changes to t.
+func (r *Router) overflowTable(t *table, lsn change.LSN, of *change.Overflow, n int) {
+	first := stream.TablePosition(lsn, 1)
+	last := stream.TablePosition(lsn, uint32(of.Changes))
+	counted := stream.NewGap(&stream.Gap{First: first, Last: last, Lost: uint64(n), Reason: stream.ReasonTransactionTooLarge})
+	uncounted := stream.NewGap(&stream.Gap{First: first, Last: last, Reason: stream.ReasonTransactionTooLarge})
+	t.each(func(e *entry) {
+		it := uncounted
+		if e.filter.String() == "null" { // the filter that matches every row
+			it = counted
+		}
+		r.bus.Deliver(e.target, e.sub, it)
+		r.delivered.Add(1)
+	})
 }
 
 // routing is the state of routing one transaction.

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/stream"
 )
@@ -128,10 +129,13 @@ type Router struct {
 	mu     sync.RWMutex
 	tables map[string]*table // guarded by mu
 	head   change.LSN        // guarded by mu: commit LSN of the last transaction routed
-	gen    uint64            // guarded by mu: the routing generation, which dedupes candidates
-	rt     routing           // guarded by mu: Accept's scratch space, reused
-	live   bool              // guarded by mu: the stream has gone live (Seed or Accept)
-	hist   *History          // nil: none; its fields are guarded by mu
+	// accepted is the commit LSN of the last transaction Accept routed: head, unless head came
+	// from Seed or GapAll, past transactions this router never saw. Guarded by mu.
+	accepted change.LSN
+	gen      uint64   // guarded by mu: the routing generation, which dedupes candidates
+	rt       routing  // guarded by mu: Accept's scratch space, reused
+	live     bool     // guarded by mu: the stream has gone live (Seed or Accept)
+	hist     *History // nil: none; its fields are guarded by mu
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets
@@ -258,6 +262,17 @@ type Subscription struct {
 	// Replayed is set when the request's From was inside the history: the changes after it
 	// were routed to the subscription before any live one, and Head is From.
 	Replayed bool
+	// Routed is the commit LSN of the last transaction this router routed when the
+	// subscription attached: Head's, unless Head came from where the stream went live (Seed)
+	// or from a loss every subscription was told of (GapAll), past transactions this router
+	// never saw, and a transaction at or before Head that comes later is not routed.
+	Routed change.LSN
+	// Replay routes txns, the transactions of the subscription's table it missed after from
+	// (oldest first, as a shared history kept them), to receiver to, through the
+	// subscription's own filter, column list and policy exactly as live changes go: for a
+	// resume whose history was read elsewhere, outside the router's lock. It takes the lock
+	// for the routing alone. A detached subscription is replayed nothing.
+	Replay func(to stream.Receiver, from stream.Position, txns []history.Txn)
 }
 
 // Interest tokens. Among many nodes, a table subscription is filed in the interest index
@@ -459,6 +474,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	}
 	t.add(e, types)
 	head := stream.TablePosition(r.head, 0)
+	accepted := r.accepted
 	replayed := r.replayLocked(e, table, types, req.From)
 	if replayed {
 		head = req.From
@@ -466,7 +482,10 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	r.mu.Unlock()
 
 	var once sync.Once
-	sub := Subscription{Head: head, Key: info.Key, Token: InterestToken(f), Replayed: replayed}
+	sub := Subscription{Head: head, Key: info.Key, Token: InterestToken(f), Replayed: replayed, Routed: accepted,
+		Replay: func(to stream.Receiver, from stream.Position, txns []history.Txn) {
+			r.replay(e, table, types, to, from, txns)
+		}}
 	if tp != nil {
 		sub.Recheck = func(c *policy.Claims) error {
 			return r.recheck(tp, t, e, req, cols, visible, c, types)
@@ -505,6 +524,44 @@ func (r *Router) replayLocked(e *entry, table string, types map[string]filter.Ty
 	})
 	rt.wakes.Wake()
 	return true
+}
+
+// replay routes txns, what e of table missed after from, to receiver to through a copy of e
+// alone, under mu: the changes go through e's filter, columns and policy (as its claims are
+// now) exactly as live ones would, and reach nobody else.
+func (r *Router) replay(e *entry, table string, types map[string]filter.Type, to stream.Receiver, from stream.Position, txns []history.Txn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.detached {
+		return
+	}
+	c := *e
+	c.target = to
+	solo := newTable()
+	solo.add(&c, types)
+	rt := &r.rt
+	rt.r = r
+	for i := range txns {
+		txn := &txns[i]
+		if txn.LSN < from.LSN || txn.LSN == from.LSN && (from.Idx == 0 || txn.Overflow != nil) {
+			continue
+		}
+		if of := txn.Overflow; of != nil {
+			if n, ok := of.Tables[table]; ok {
+				r.overflowTable(solo, txn.LSN, of, n)
+			}
+			continue
+		}
+		for k := range txn.Events {
+			h := &txn.Events[k]
+			if h.Table != table || txn.LSN == from.LSN && h.Idx <= from.Idx {
+				continue
+			}
+			h.Event.LSN = txn.LSN
+			rt.event(solo, &h.Event, h.Idx)
+		}
+	}
+	rt.wakes.Wake()
 }
 
 // HistoryStats returns the history's size; the zero value without one.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/cluster"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
 	redisstore "github.com/heraldrt/herald/internal/store/redis"
@@ -21,7 +22,7 @@ import (
 
 // peers is this node's part among many that share a Redis: nil when the node is alone. It owns
 // the Redis client and what is built on it: the channel broker, the interest index, the
-// transport between nodes, presence's store, and the replicator's beacon.
+// transport between nodes, presence's store, the tables' history, and the replicator's beacon.
 type peers struct {
 	id        string
 	client    *redisstore.Client
@@ -29,8 +30,9 @@ type peers struct {
 	interest  *redisstore.Interest
 	transport *redisstore.Transport
 	presence  *redisstore.Presence
-	beacon    *redisstore.Beacon // who replicates: its node id while its stream is live
-	nodes     *redisstore.Nodes  // the registry of live nodes and their URLs; set by register
+	history   *redisstore.History // the tables' history, for resumes on any node
+	beacon    *redisstore.Beacon  // who replicates: its node id while its stream is live
+	nodes     *redisstore.Nodes   // the registry of live nodes and their URLs; set by register
 	node      *cluster.Node
 	hub       *hubRef
 	log       *slog.Logger
@@ -51,7 +53,7 @@ type hubRef struct{ h *channel.Hub }
 func (r *hubRef) Deliver(m *stream.Message) error { return r.h.Deliver(m) }
 func (r *hubRef) Verify()                         { r.h.Verify() }
 
-func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
+func newPeers(cfg ClusterConfig, hist history.Config, log *slog.Logger) (*peers, error) {
 	id := cfg.NodeID
 	if id == "" {
 		var b [8]byte
@@ -78,6 +80,9 @@ func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
 		return fail(err)
 	}
 	p.presence = redisstore.NewPresence(c)
+	if p.history, err = redisstore.NewHistory(c, hist); err != nil {
+		return fail(err)
+	}
 	p.beacon = redisstore.NewBeacon(c, "replicator")
 	return p, nil
 }
@@ -85,8 +90,13 @@ func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
 // start builds the cluster node on the hub, the router (nil without a changefeed) and presence.
 func (p *peers) start(hub *channel.Hub, tables cluster.Tables, pres *presence.Presence) error {
 	p.hub.h = hub
-	n, err := cluster.New(cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables,
-		Presence: applier{pres}, Logger: p.log})
+	cfg := cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables,
+		Presence: applier{pres}, Logger: p.log}
+	if tables != nil {
+		// Should this node replicate, it records each transaction in the tables' history.
+		cfg.History = p.history
+	}
+	n, err := cluster.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/heraldv1"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/router"
@@ -82,7 +83,9 @@ type Config struct {
 	// memory.
 	Presence presence.Config
 	// HistoryBytes and HistoryAge bound the table history a resumed subscription is replayed
-	// from (changefeed.history_bytes, changefeed.history_age); zero: the defaults.
+	// from (changefeed.history_bytes, changefeed.history_age); zero: the defaults. On one node
+	// they bound the router's one history of every table; among many, each table's history in
+	// Redis.
 	HistoryBytes int
 	HistoryAge   time.Duration
 	// Cluster, when its RedisURL is set, makes this node one of many sharing that Redis
@@ -173,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 	var presStore presence.Store = memory.NewPresence()
 	fanout := cfg.Fanout
 	if cfg.Cluster.Enabled() {
-		if pr, err = newPeers(cfg.Cluster, cfg.Logger); err != nil {
+		if pr, err = newPeers(cfg.Cluster, history.Config{MaxBytes: cfg.HistoryBytes, MaxAge: cfg.HistoryAge}, cfg.Logger); err != nil {
 			return nil, err
 		}
 		fanout.Broker, fanout.Remote, presStore = pr.broker, pr, pr.presence
@@ -229,7 +232,7 @@ func New(cfg Config) (*Server, error) {
 		if err := fc.Validate(); err != nil {
 			return nil, err
 		}
-		schema, err := newPGSchema(context.Background(), fc.DatabaseURL, fc.PublicationName())
+		schema, err := newPGSchema(context.Background(), fc.DatabaseURL, fc.PublicationName(), fc.SlotName())
 		if err != nil {
 			pr.close()
 			return nil, err
@@ -237,7 +240,8 @@ func New(cfg Config) (*Server, error) {
 		rcfg := router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy}
 		if pr == nil {
 			// Among many nodes a node routes only the changes its subscriptions hold, so its own
-			// history could not replay another subscription's: resumes there are resyncs.
+			// history could not replay another subscription's: resumes there read the history
+			// the replicator keeps in Redis (tables.share).
 			rcfg.History = router.NewHistory(cfg.HistoryBytes, cfg.HistoryAge)
 		}
 		r, err := router.New(rcfg)
@@ -246,10 +250,18 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr}
+		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger}
+		if pr != nil {
+			s.tables.history = pr.history
+		}
 		// The table rules compile once the stream is live, when the publication they read the
 		// tables through exists; until then the router is not live, and a subscription waits.
 		fc.OnStream = func(start change.LSN) {
+			if pr != nil {
+				// This node replicates from start on: what it records in the tables' history
+				// follows from there.
+				pr.node.Streaming(start)
+			}
 			if err := s.policy.load(context.Background(), schema); err != nil {
 				select {
 				case s.policyFailed <- err:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,10 +16,12 @@ import (
 	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/stream"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -30,8 +33,15 @@ type tables struct {
 	// be at or past it, so a from there is from somewhere else.
 	walEnd func(context.Context) (change.LSN, error)
 	// peers, when the node is one of many: a subscription's interest is filed for the
-	// replicator to route by, and it starts after the table's mark (see subscribeShared).
+	// replicator to route by, and it starts after the table's mark (see share).
 	peers *peers
+	// history, when the node is one of many, is the tables' history the replicator keeps,
+	// which a resumed subscription is replayed from (see resume).
+	history history.Store
+	// confirmed reads how far Herald's replication slot has confirmed: every transaction that
+	// committed before it was handed on by a replicator, and so stamped and recorded.
+	confirmed func(context.Context) (change.LSN, error)
+	log       *slog.Logger
 }
 
 var _ session.Tables = (*tables)(nil)
@@ -56,7 +66,7 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: target,
 		Claims: policy.NewClaims(f.Identity.Claims), From: f.From})
 	if err == nil && cut != nil {
-		if sub.Head, unsubscribe, err = t.share(ctx, f, sub, unsubscribe, cut); err != nil {
+		if sub.Head, unsubscribe, err = t.share(ctx, s, f, sub, unsubscribe, cut); err != nil {
 			return session.TableSubscription{}, err
 		}
 	}
@@ -85,8 +95,10 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 // share files an attached subscription's interest among the nodes and moves its start to
 // where every later change reaches this node: past the table's mark, read after the row was
 // filed (cluster.Node.Replicate says why that is exact). What the router handed the
-// subscription meanwhile waits in cut, which then lets through only what is past the start.
-func (t *tables) share(ctx context.Context, f session.SubscribeRequest, sub router.Subscription, unsubscribe func(), cut *cutover) (stream.Position, func(), error) {
+// subscription meanwhile waits in cut, which then lets through only what is past the start. A
+// resumed subscription is first replayed what it missed up to the start, to s, from the
+// history the nodes share (resume); it then starts after its from.
+func (t *tables) share(ctx context.Context, s stream.Receiver, f session.SubscribeRequest, sub router.Subscription, unsubscribe func(), cut *cutover) (stream.Position, func(), error) {
 	table := f.Table
 	if !strings.Contains(table, ".") {
 		table = "public." + table
@@ -97,18 +109,89 @@ func (t *tables) share(ctx context.Context, f session.SubscribeRequest, sub rout
 		unsubscribe()
 		return stream.Position{}, nil, shareError(err)
 	}
-	mark, err := t.peers.node.Mark(ctx, owner)
+	m, err := t.peers.node.Mark(ctx, owner)
 	if err != nil {
 		unsubscribe()
 		release()
 		return stream.Position{}, nil, shareError(err)
 	}
-	head := sub.Head
-	if lsn := change.LSN(mark); lsn > head.LSN {
-		head = stream.TablePosition(lsn, 0)
+	mark := change.LSN(m)
+	start := sub.Head
+	if mark > start.LSN {
+		start = stream.TablePosition(mark, 0)
 	}
-	cut.open(head)
+	head := start
+	if t.resume(ctx, s, table, f.From, sub, mark, start) {
+		head = f.From
+	}
+	cut.open(start)
 	return head, func() { unsubscribe(); release() }, nil
+}
+
+// replayLimit bounds what a resume reads of a table's shared history: past it the resume is a
+// history_expired resync. The session holds at most its data lane's bounds of what is replayed
+// before it answers (4 MiB by default) and makes the rest a lane_full resync, so reading much
+// more than that is wasted; transactions the filter drops are why the bound is above it.
+var replayLimit = history.Limit{Entries: 10000, Bytes: 16 << 20}
+
+// resume replays to s what a subscription resuming from missed up to start, from the table's
+// history in Redis, and reports whether it did; if not, the subscription starts after start,
+// and the session reports the rest as a history_expired resync.
+//
+// The history holds every transaction of the table at or before mark (the replicator appends
+// before it stamps), and every one after mark reaches this node live, so the replay is read up
+// to mark. Past mark, up to start (the router's head, when it is later), this node's router
+// routes nothing, and the table must have no transaction there. It has none when the head is
+// a transaction the router routed (sub.Routed): the replicator had stamped every one before
+// it. A head the router was told of instead (where it started following, a loss it reported)
+// may have the table's transactions before it that no replicator has reached yet, which would
+// never come; unless the slot has confirmed past the head, and so every one before it was
+// stamped.
+func (t *tables) resume(ctx context.Context, s stream.Receiver, table string, from stream.Position, sub router.Subscription, mark change.LSN, start stream.Position) bool {
+	if t.history == nil || !from.IsTable() || !after(start, from) {
+		return false // nothing to resume, or a from ahead of this node (Subscribe holds it back)
+	}
+	if sub.Head.LSN > mark && sub.Routed < sub.Head.LSN {
+		if t.confirmed == nil {
+			return false
+		}
+		// Strictly past it: a transaction whose commit is at the head exactly (the WAL end the
+		// node was told of) ends after it.
+		c, err := t.confirmed(ctx)
+		if err != nil || c <= sub.Head.LSN {
+			return false
+		}
+	}
+	// After from: after its transaction, or inside it, which the replay cuts.
+	since := from.LSN
+	if from.Idx > 0 {
+		since--
+	}
+	if mark <= since {
+		// The table has no transaction after from that this node will not route, as its mark
+		// is its last one; but no mark (Redis lost it, or the table had no change for as long
+		// as a mark lives) says nothing of what came before.
+		return mark > 0
+	}
+	r, err := t.history.Read(ctx, table, since, mark, replayLimit)
+	if err != nil {
+		t.log.Warn("cluster: read a table's history for a resume; it is a resync", "table", table, "from", from.String(), "error", err)
+		return false
+	}
+	if !r.Covers(since, mark) {
+		return false
+	}
+	txns := make([]history.Txn, 0, len(r.Entries))
+	for _, e := range r.Entries {
+		txn, err := history.Decode(e.LSN, e.Data)
+		if err != nil {
+			t.log.Warn("cluster: a table's history holds an entry that does not decode; the resume is a resync", "table", table, "error", err)
+			return false
+		}
+		txns = append(txns, txn)
+	}
+	sub.Replay(s, from, txns)
+	return true
 }
 
 // shareError keeps a refusal the interest index made (too many subscriptions) and turns a
@@ -289,6 +372,7 @@ const schemaCacheMax = 1024
 type pgSchema struct {
 	pool        *pgxpool.Pool
 	publication string
+	slot        string
 
 	mu    sync.Mutex
 	cache map[string]cachedTable // guarded by mu
@@ -301,7 +385,7 @@ type cachedTable struct {
 
 var _ router.Schema = (*pgSchema)(nil)
 
-func newPGSchema(ctx context.Context, url, publication string) (*pgSchema, error) {
+func newPGSchema(ctx context.Context, url, publication, slot string) (*pgSchema, error) {
 	cc, err := changefeed.ConnConfig(url, false)
 	if err != nil {
 		return nil, err
@@ -316,7 +400,7 @@ func newPGSchema(ctx context.Context, url, publication string) (*pgSchema, error
 	if err != nil {
 		return nil, fmt.Errorf("catalog pool: %w", err)
 	}
-	return &pgSchema{pool: pool, publication: publication, cache: map[string]cachedTable{}}, nil
+	return &pgSchema{pool: pool, publication: publication, slot: slot, cache: map[string]cachedTable{}}, nil
 }
 
 func (p *pgSchema) Close() { p.pool.Close() }
@@ -331,6 +415,21 @@ func (p *pgSchema) WALEnd(ctx context.Context) (change.LSN, error) {
 	}
 	if text == nil {
 		return 0, fmt.Errorf("read the WAL position: the standby has replayed nothing")
+	}
+	return change.ParseLSN(*text)
+}
+
+// Confirmed returns how far Herald's replication slot has confirmed (confirmed_flush_lsn, which
+// Postgres updates at each of the replicator's status updates): every transaction that
+// committed before it was handed on by a replicator. Zero while the slot has none.
+func (p *pgSchema) Confirmed(ctx context.Context) (change.LSN, error) {
+	var text *string
+	err := p.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, p.slot).Scan(&text)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && text == nil {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the slot's confirmed position: %w", err)
 	}
 	return change.ParseLSN(*text)
 }

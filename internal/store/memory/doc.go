@@ -5,6 +5,9 @@
 // Presence implements presence.Store: the node's presence, wired into the server; in tests, the
 // store several nodes in one process share.
 //
+// History implements history.Store: for tests of the table history nodes share, which the
+// server keeps on Redis (one node alone keeps its history in the router).
+//
 // Interest implements interest.Store. It is not wired into the server yet: one node's
 // subscriptions live in the router's and the channel hub's own indexes.
 package memory

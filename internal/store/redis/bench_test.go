@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/store/storetest"
@@ -147,4 +149,43 @@ func BenchmarkTransport(b *testing.B) {
 			b.ReportMetric(float64(trips)/float64(b.N), "roundtrips/payload")
 		})
 	}
+}
+
+// BenchmarkHistory measures the tables' history on the private Redis: an append of one
+// transaction touching 1 and 4 tables (one pipeline), steady state with trimming by bytes, and
+// a read of 100 entries. Compare figures within one run.
+func BenchmarkHistory(b *testing.B) {
+	ctx := context.Background()
+	data := []byte(`{"e":[{"i":1,"table":"public.items","op":"insert","after":[{"name":"id","value":1},{"name":"title","value":"a title of some length"}],"lsn":"0/1"}]}`)
+	h, err := NewHistory(dialB(b, testenv.RedisURL(b)), history.Config{MaxBytes: 1000 * (len(data) + history.EntryOverhead)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lsn atomic.Uint64
+	for _, tables := range []int{1, 4} {
+		b.Run(fmt.Sprintf("Append%d", tables), func(b *testing.B) {
+			entries := make([]history.Entry, tables)
+			for b.Loop() {
+				l := change.LSN(lsn.Add(1))
+				for i := range entries {
+					entries[i] = history.Entry{Table: fmt.Sprintf("public.t%d", i), LSN: l, Prev: l - 1, Data: data}
+				}
+				if err := h.Append(ctx, entries); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("Read100", func(b *testing.B) {
+		last := change.LSN(lsn.Load())
+		if last < 101 {
+			b.Skip("too few entries appended")
+		}
+		for b.Loop() {
+			r, err := h.Read(ctx, "public.t0", last-100, last, history.Limit{Entries: 1000, Bytes: 1 << 20})
+			if err != nil || len(r.Entries) != 100 {
+				b.Fatal(len(r.Entries), err)
+			}
+		}
+	})
 }

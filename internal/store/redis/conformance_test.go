@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/store/storetest"
@@ -31,6 +32,18 @@ func TestBrokerConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			return b
+		})
+	})
+}
+
+func TestHistoryConformance(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		storetest.RunHistory(t, func(t *testing.T, cfg history.Config) history.Store {
+			s, err := NewHistory(dial(t, url), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
 		})
 	})
 }

@@ -1,7 +1,8 @@
 // Package redis holds the multi-node implementations of Herald's stores on Redis or a Redis
 // Cluster, and is the only package that imports the Redis client: Interest (interest.Store),
-// Broker (channel.Broker), Presence (presence.Store), Transport (payloads from node to node,
-// one stream per node) and Nodes (the registry of live nodes and their URLs). Not
+// Broker (channel.Broker), Presence (presence.Store), History (history.Store: the tables'
+// recent transactions, one stream per table), Transport (payloads from node to node, one
+// stream per node) and Nodes (the registry of live nodes and their URLs). Not
 // wired into the server yet: `herald serve` uses the memory implementations.
 //
 // # Keys
@@ -16,6 +17,7 @@
 //	<prefix>:l:{o:<owner>}            ZSET   socket -> deadline, ms             (Interest)
 //	<prefix>:g:{o:<owner>}            STRING generation                         (Interest)
 //	<prefix>:m:{o:<owner>}            STRING mark: 16 hex digits, raised only   (Interest)
+//	<prefix>:y:{o:t:<table>}          STREAM <lsn>-0 -> l p t b s d             (History)
 //	<prefix>:c:{c:<channel>}          HASH   e -> epoch, o -> last offset       (Broker)
 //	<prefix>:h:{c:<channel>}          SET    nodes holding the channel          (Broker)
 //	<prefix>:i:{p:<shard>}            ZSET   channel -> earliest deadline, ms    (Presence)
@@ -82,6 +84,20 @@
 // incarnation holds the id; a lookup answers only for a node before its deadline. A cluster has
 // tens of nodes, each renewing every few seconds, so one slot carries the registry easily, and
 // URL's cache keeps SSE commands handed between nodes from asking it each time.
+//
+// # History
+//
+// A table's history is one stream under its interest owner's tag ("t:<table>"), so it shares
+// the slot of the table's mark. An entry's ID is the transaction's commit LSN, "<lsn>-0", and
+// its fields are l, its LSN, and p, its Prev (history.Entry), each 16 hex digits so a script
+// compares them as strings; t, when it was appended (ms, Redis's clock); b, the payload bytes
+// appended to the stream before it, and s, its own, so a script knows the bytes from any entry
+// to the newest without reading them; d, the payload. Append is one script per table (a
+// transaction's tables in one pipeline of EVALSHA): it drops an entry not above the stream's
+// last, raises the entry's Prev to the last's LSN, appends it, lets go of at most 16 of the
+// oldest entries past the bounds (never the one appended), and sets the stream's TTL to the
+// age bound, so an idle table's history goes. Read is one script: the oldest entry's Prev,
+// then the range, in batches of 64, up to the caller's limit.
 //
 // # Transport
 //

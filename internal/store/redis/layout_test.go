@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
 )
@@ -55,6 +56,15 @@ func TestKeyLayout(t *testing.T) {
 				t.Fatalf("Stamp under %q: %v", o, err)
 			}
 		}
+		hist, err := NewHistory(c, history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A table's history is in its interest owner's slot (owner "t:public.orders").
+		if err := hist.Append(ctx, []history.Entry{{Table: "public.orders", LSN: 10, Prev: 9, Data: []byte(`{}`)}}); err != nil {
+			t.Fatal(err)
+		}
+
 		br, err := NewBroker(c, BrokerConfig{Node: "n1"})
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +105,7 @@ func TestKeyLayout(t *testing.T) {
 
 		p := regexp.QuoteMeta(c.Prefix())
 		shapes := []*regexp.Regexp{
-			regexp.MustCompile(`^` + p + `:[wnlgm]:\{o:.*\}$`),
+			regexp.MustCompile(`^` + p + `:[wnlgmy]:\{o:.*\}$`),
 			regexp.MustCompile(`^` + p + `:[ts]:\{o:.*\}:.*$`),
 			regexp.MustCompile(`^` + p + `:[ch]:\{c:[^}]*\}$`),
 			regexp.MustCompile(`^` + p + `:i:\{p:[0-9]+\}$`),
@@ -143,9 +153,10 @@ func TestKeyLayout(t *testing.T) {
 			}
 			tags[who][hashTag(k)] = true
 		}
-		// Per owner: w n l g m, t for tokens "a" "" "a/b", s for s1 s2. Per channel: c h. Per
-		// presence channel: d m a, and an index per shard they fall in. The node registry: v u.
-		if want := 4*(5+3+2) + 2*2 + 3*len(rooms) + len(shards) + 2; len(keys) != want {
+		// Per owner: w n l g m, t for tokens "a" "" "a/b", s for s1 s2; and y, the history, for
+		// the table's. Per channel: c h. Per presence channel: d m a, and an index per shard they
+		// fall in. The node registry: v u.
+		if want := 4*(5+3+2) + 1 + 2*2 + 3*len(rooms) + len(shards) + 2; len(keys) != want {
 			t.Errorf("%d keys, want %d: %q", len(keys), want, keys)
 		}
 		for _, ch := range rooms {
@@ -238,6 +249,57 @@ func TestHotPathIsOneCommand(t *testing.T) {
 			t.Errorf("a warm Add sent %d commands, want 1 (one script)", got)
 		}
 	})
+}
+
+// TestHistoryAppendIsOnePipeline: a transaction's entries, whatever the number of its tables,
+// go in one pipeline, one script per table.
+func TestHistoryAppendIsOnePipeline(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		c := dial(t, url)
+		cc := &pipelines{Client: c.rc}
+		h, err := NewHistory(&Client{rc: cc, prefix: c.prefix, timeout: c.timeout}, history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries := []history.Entry{
+			{Table: "public.a", LSN: 10, Prev: 9, Data: []byte(`{}`)},
+			{Table: "public.b", LSN: 10, Prev: 9, Data: []byte(`{}`)},
+			{Table: "public.c", LSN: 10, Prev: 9, Data: []byte(`{}`)},
+		}
+		for _, round := range []string{"first", "warm"} {
+			cc.calls.Store(0)
+			cc.n.Store(0)
+			if err := h.Append(ctx, entries); err != nil {
+				t.Fatal(err)
+			}
+			// A first call may find the script unknown (EVAL after EVALSHA): two pipelines then.
+			if calls, n := cc.calls.Load(), cc.n.Load(); calls > 2 || round == "warm" && (calls != 1 || n != 3) {
+				t.Errorf("%s Append: %d pipelines of %d commands, want one of 3", round, calls, n)
+			}
+			for i := range entries {
+				entries[i].LSN += 10
+			}
+		}
+	})
+}
+
+// pipelines counts the pipelines (Do and DoMulti calls) a store sends, and their commands.
+type pipelines struct {
+	rueidis.Client
+	calls, n atomic.Int64
+}
+
+func (c *pipelines) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.calls.Add(1)
+	c.n.Add(1)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c *pipelines) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.calls.Add(1)
+	c.n.Add(int64(len(cmds)))
+	return c.Client.DoMulti(ctx, cmds...)
 }
 
 func equalBools(a, b []bool) bool {
