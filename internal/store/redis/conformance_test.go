@@ -35,6 +35,18 @@ func TestBrokerConformance(t *testing.T) {
 	})
 }
 
+func TestHistoryConformance(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		storetest.RunHistory(t, func(t *testing.T, cfg channel.HistoryConfig) channel.History {
+			b, err := NewBroker(dial(t, url), BrokerConfig{Node: "n1", History: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		})
+	})
+}
+
 func TestPresenceConformance(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
 		storetest.RunPresence(t, func(t *testing.T) presence.Store { return NewPresence(dial(t, url)) })
