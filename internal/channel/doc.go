@@ -60,11 +60,11 @@
 // SubscribeFrom resumes an exact subscription after from, the last position its client
 // received: under the channel's lock it reads the head and the history after from
 // (History.Since), decides where live delivery starts, and joins, so the replay it returns
-// (Start.Replay: the missed publications its event filter passes, and a gap where the history
-// no longer reaches, history_expired, or where from's epoch ended, stream_reset) and the live
-// deliveries after it meet exactly: a publish waits for the lock, and is either in the history
-// read or delivered live. The caller (the session) queues the replay ahead of the live items,
-// which it holds until then. See resume.go.
+// (Start.Replay: the missed publications its event filter passes when the history still holds
+// them all, else one gap for them, history_expired, or stream_reset when from's epoch ended)
+// and the live deliveries after it meet exactly: a publish waits for the lock, and is either
+// in the history read or delivered live. The caller (the session) queues the replay ahead of
+// the live items, which it holds until then. See resume.go.
 //
 // With MemoryBroker the streams are per node: two nodes give the same channel different epochs.
 // Offsets that agree across nodes need a shared broker: store/redis.Broker is one, and

@@ -217,11 +217,11 @@ func (h *Hub) Subscribe(s stream.Receiver, sub string, p Pattern) (pos stream.Po
 // SubscribeFrom is Subscribe for a subscription that resumes after from, the position of the
 // last item of the channel its client received (zero: it does not resume). For an exact
 // pattern, the Start it returns says where live delivery starts and what to hand the
-// subscription first: the publications after from, up to Start.Pos, that the channel's
-// history still holds and the event filter passes, with a gap (stream.ReasonHistoryExpired,
-// stream.ReasonStreamReset) for what it does not. The caller delivers Start.Replay ahead of
-// everything s receives for sub; the hub's deliveries start after Start.Pos, so replay and
-// live items meet with no gap and no duplicate.
+// subscription first: the publications after from, up to Start.Pos, that its event filter
+// passes, when the channel's history still holds them all, or else one gap for them
+// (stream.ReasonHistoryExpired, stream.ReasonStreamReset). The caller delivers Start.Replay
+// ahead of everything s receives for sub; the hub's deliveries start after Start.Pos, so
+// replay and live items meet with no gap and no duplicate.
 //
 // from is the caller's to check: a from of the channel's epoch past its head (from a client
 // bug, or another deployment) comes back with Start.Pos before it and no replay, and should

@@ -24,13 +24,12 @@ type Start struct {
 	// and is on its way here) starts there: Pos is that position, and what is on its way up to
 	// it is not delivered again.
 	Pos stream.Position
-	// Replay is what a resumed subscription is owed before anything live, oldest first: the
-	// publications after from up to Pos that the history holds and the event filter passes,
-	// and a gap in place of those it cannot replay, of reason stream.ReasonHistoryExpired (no
-	// longer in the history: too many, too large, too old, or not kept) or
-	// stream.ReasonStreamReset (from is of another epoch: the publications of from's epoch
-	// after it are gone, and the gap ends where the replay of the new one begins). Nil when
-	// the subscription does not resume, or missed nothing.
+	// Replay is what a resumed subscription is owed before anything live, oldest first: when
+	// the history holds every publication after from up to Pos, those the event filter
+	// passes; when it does not, one gap for the whole range, of reason
+	// stream.ReasonHistoryExpired (some are no longer in the history: too many, too large,
+	// too old, or none kept) or stream.ReasonStreamReset (from is of another epoch, which
+	// ended). Nil when the subscription does not resume, or missed nothing.
 	Replay []*stream.Item
 }
 
@@ -82,47 +81,50 @@ func (h *Hub) startLocked(st *state, sn *subscription, p Pattern, from stream.Po
 }
 
 // replay returns what a subscription with pattern p resuming after from is owed up to pos, the
-// position it starts after: the items of kept (a history's, oldest first) between them that p
-// passes, and a gap for each run it cannot replay. A gap counts what it lost only where that
-// is exact: the publications of one epoch, with no event filter.
+// position it starts after: when kept (a history's items, oldest first) holds every offset
+// between them, those p passes; otherwise one gap for the whole range, as when nothing is kept.
+// Nothing less than the whole range is replayed: a connection's lanes hold back every frame of
+// a subscription behind a gap marker that is not written yet (delivery, rule 2), so the items
+// after a leading gap would join it rather than reach the client.
 func replay(from, pos stream.Position, kept []*stream.Item, p Pattern) []*stream.Item {
-	var out []*stream.Item
-	next := from.Offset + 1 // the next offset of pos's epoch the subscriber is owed
-	reset := from.Epoch != pos.Epoch
-	if reset {
-		next = 1
-	}
-	gap := func(last uint64) {
-		g := &stream.Gap{Last: stream.ChannelPosition(pos.Epoch, last)}
-		if reset {
-			// Where the loss began in from's epoch is not known here: the stream is gone.
-			g.Reason, reset = stream.ReasonStreamReset, false
-		} else {
-			g.Reason, g.First = stream.ReasonHistoryExpired, stream.ChannelPosition(pos.Epoch, next)
-			if p.event == "" {
-				g.Lost = last - next + 1
+	if from.Epoch == pos.Epoch {
+		if from.Offset >= pos.Offset {
+			return nil
+		}
+		var out []*stream.Item
+		next := from.Offset + 1 // the next offset the subscriber is owed
+		for _, it := range kept {
+			m := it.Message
+			if m.Pos.Epoch != pos.Epoch || m.Pos.Offset < next {
+				continue
 			}
+			if m.Pos.Offset != next || next > pos.Offset {
+				break // a hole, which a history does not have, or on its way here
+			}
+			if p.wants(m.Event) {
+				out = append(out, it)
+			}
+			next++
 		}
-		out = append(out, stream.NewGap(g))
+		if next > pos.Offset {
+			return out
+		}
 	}
-	for _, it := range kept {
-		m := it.Message
-		if m.Pos.Epoch != pos.Epoch || m.Pos.Offset < next {
-			continue
-		}
-		if m.Pos.Offset > pos.Offset {
-			break // on its way here: it is delivered live
-		}
-		if reset || m.Pos.Offset > next {
-			gap(m.Pos.Offset - 1)
-		}
-		if p.wants(m.Event) {
-			out = append(out, it)
-		}
-		next = m.Pos.Offset + 1
+	return []*stream.Item{stream.NewGap(resumeGap(from, pos, p))}
+}
+
+// resumeGap is the gap of a subscription resuming after from, starting after pos, whose
+// history does not reach back: what came after from in its epoch is lost (history_expired), or
+// from's epoch ended (stream_reset; where the loss began in it is not known here). The gap
+// counts what it lost only when that is exact: every offset of one epoch was a publication the
+// subscription would have had, unless an event filter would have passed an unknown few.
+func resumeGap(from, pos stream.Position, p Pattern) *stream.Gap {
+	if from.Epoch != pos.Epoch {
+		return &stream.Gap{Last: pos, Reason: stream.ReasonStreamReset}
 	}
-	if reset || next <= pos.Offset {
-		gap(pos.Offset)
+	g := &stream.Gap{First: stream.ChannelPosition(pos.Epoch, from.Offset+1), Last: pos, Reason: stream.ReasonHistoryExpired}
+	if p.event == "" {
+		g.Lost = pos.Offset - from.Offset
 	}
-	return out
+	return g
 }
