@@ -73,8 +73,8 @@ func (publishingChannels) Publish(string, string, json.RawMessage) (stream.Posit
 // brokenChannels refuses every subscription with an error that is not a client-facing one.
 type brokenChannels struct{ fakeChannels }
 
-func (brokenChannels) Subscribe(stream.Receiver, string, string, string) (stream.Position, func(), error) {
-	return stream.Position{}, nil, errors.New("no such pattern")
+func (brokenChannels) Subscribe(stream.Receiver, string, string, string, stream.Position) (session.ChannelSubscription, error) {
+	return session.ChannelSubscription{}, errors.New("no such pattern")
 }
 
 // TestReplies: each client frame is answered with the herald.v1 frame its outcome on the

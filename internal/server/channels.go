@@ -35,10 +35,10 @@ func newChannels(b channel.Bus, fanout channel.Config, maxPublish int) (*channel
 	return &channels{hub: hub, maxPublish: maxPublish}, nil
 }
 
-func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wire.Position, func(), error) {
+func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string, from stream.Position) (session.ChannelSubscription, error) {
 	p, err := channel.ParsePattern(pattern, event)
 	if err != nil {
-		return wire.Position{}, nil, clientError(err)
+		return session.ChannelSubscription{}, clientError(err)
 	}
 	var release func()
 	if c.peers != nil {
@@ -53,21 +53,23 @@ func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (wir
 		release, err = c.peers.node.Watch(ctx, owner, token, subject)
 		cancel()
 		if err != nil {
-			return wire.Position{}, nil, shareError(err)
+			return session.ChannelSubscription{}, shareError(err)
 		}
 	}
-	head, unsubscribe, err := c.hub.Subscribe(s, sub, p)
+	// A resume reads the channel's history (with a shared broker, from Redis) under the
+	// channel's lock as it joins: see channel.Hub.SubscribeFrom.
+	start, unsubscribe, err := c.hub.SubscribeFrom(s, sub, p, from)
 	if err != nil {
 		if release != nil {
 			release()
 		}
-		return wire.Position{}, nil, &wire.Error{Code: wire.CodeUnavailable, Message: "the channel broker did not answer; retry with backoff", Err: err}
+		return session.ChannelSubscription{}, &wire.Error{Code: wire.CodeUnavailable, Message: "the channel broker did not answer; retry with backoff", Err: err}
 	}
 	if release != nil {
 		hubUnsubscribe := unsubscribe
 		unsubscribe = func() { hubUnsubscribe(); release() }
 	}
-	return head, unsubscribe, nil
+	return session.ChannelSubscription{Head: start.Pos, Replay: start.Replay, Unsubscribe: unsubscribe}, nil
 }
 
 func (c *channels) Publish(name, event string, data json.RawMessage) (wire.Position, error) {

@@ -51,7 +51,8 @@ type hubRef struct{ h *channel.Hub }
 func (r *hubRef) Deliver(m *stream.Message) error { return r.h.Deliver(m) }
 func (r *hubRef) Verify()                         { r.h.Verify() }
 
-func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
+// newPeers connects to the shared Redis; hist bounds each channel's history there.
+func newPeers(cfg ClusterConfig, hist channel.HistoryConfig, log *slog.Logger) (*peers, error) {
 	id := cfg.NodeID
 	if id == "" {
 		var b [8]byte
@@ -68,7 +69,7 @@ func newPeers(cfg ClusterConfig, log *slog.Logger) (*peers, error) {
 	}
 	p := &peers{id: id, client: c, hub: &hubRef{}, log: log.With("node", id)}
 	fail := func(err error) (*peers, error) { c.Close(); return nil, err }
-	if p.broker, err = redisstore.NewBroker(c, redisstore.BrokerConfig{Node: id, Logger: log}); err != nil {
+	if p.broker, err = redisstore.NewBroker(c, redisstore.BrokerConfig{Node: id, History: hist, Logger: log}); err != nil {
 		return fail(err)
 	}
 	if p.interest, err = redisstore.NewInterest(c, interest.Config{}); err != nil {
