@@ -56,28 +56,28 @@ type MemoryBroker struct {
 
 	mu      sync.Mutex
 	streams map[string]*memoryStream // guarded by mu
-	// idle are the streams Forget left without a holder while their history lived, in the
-	// order it did, each due History.TTL after its Forget: then its history has expired,
-	// unless the stream was used since (its idle generation moved). Guarded by mu; live
-	// entries are idle[idleFirst:].
+	// idle are the streams Forget left without a holder while their history lived, at most
+	// one entry each, in the order they were queued, each due History.TTL after: a stream
+	// still idle and whose history has expired by then is dropped, one still idle and live is
+	// queued again. Due times only grow along the queue. Guarded by mu; live entries are
+	// idle[idleFirst:].
 	idle      []idleStream
 	idleFirst int
-	gen       uint64 // guarded by mu: the last idle generation handed out
 }
 
 type memoryStream struct {
 	epoch  string
 	offset uint64 // of the last publication; 0 before the first
 	hist   memoryHistory
-	// idle is the generation of the Forget that left the stream without a holder while its
-	// history lived; 0 while the stream is in use.
-	idle uint64
+	// idle: Forget left the stream without a holder while its history lived, and nothing
+	// used it since. queued: it has an entry in MemoryBroker.idle.
+	idle, queued bool
 }
 
-// idleStream is a stream Forget left with a live history, due to be dropped at due.
+// idleStream is an entry of MemoryBroker.idle: the stream st of name, to look at at due.
 type idleStream struct {
 	name string
-	gen  uint64
+	st   *memoryStream
 	due  time.Duration
 }
 
@@ -120,11 +120,11 @@ func (b *MemoryBroker) now() time.Duration { return time.Since(b.start) }
 // again.
 func (b *MemoryBroker) streamLocked(channel string, now time.Duration) *memoryStream {
 	st := b.streams[channel]
-	if st != nil && st.idle != 0 {
+	if st != nil && st.idle {
 		if !b.liveLocked(st, now) {
-			st = nil
+			st = nil // its entry in idle finds another stream, or none, and goes
 		} else {
-			st.idle = 0
+			st.idle = false
 		}
 	}
 	if st == nil {
@@ -220,25 +220,38 @@ func (b *MemoryBroker) Forget(channel string) {
 		delete(b.streams, channel)
 		return
 	}
-	b.gen++
-	st.idle = b.gen
-	b.idle = append(b.idle, idleStream{name: channel, gen: b.gen, due: now + b.history.TTL})
+	st.idle = true
+	if !st.queued {
+		st.queued = true
+		b.idle = append(b.idle, idleStream{name: channel, st: st, due: now + b.history.TTL})
+	}
 }
 
-// sweepLocked drops the idle streams whose history has expired: those due by now and not used
-// since. Each Forget adds one entry and each entry is looked at once, so it costs O(1) per
-// Forget, amortized. Entries are due in the order they were added: one TTL after their Forget.
+// sweepLocked looks at the idle streams due by now: one still idle whose history has expired
+// is dropped, one still idle and live (published to since, with nobody holding it) is queued
+// again a TTL from now, and one in use again leaves the queue. A stream has one entry at a
+// time, looked at once a TTL at most, so the queue is bounded by the streams and costs O(1) per
+// Forget, amortized; an idle stream's memory is given back at most a TTL after its history
+// expired.
 func (b *MemoryBroker) sweepLocked(now time.Duration) {
 	for b.idleFirst < len(b.idle) {
-		e := &b.idle[b.idleFirst]
+		e := b.idle[b.idleFirst]
 		if e.due > now {
 			break
 		}
-		if st := b.streams[e.name]; st != nil && st.idle == e.gen {
-			delete(b.streams, e.name)
-		}
-		*e = idleStream{}
+		b.idle[b.idleFirst] = idleStream{}
 		b.idleFirst++
+		st := e.st
+		switch {
+		case b.streams[e.name] != st:
+			// Dropped since, and perhaps started again: the new stream has its own entry.
+		case !st.idle:
+			st.queued = false
+		case !b.liveLocked(st, now):
+			delete(b.streams, e.name)
+		default:
+			b.idle = append(b.idle, idleStream{name: e.name, st: st, due: now + b.history.TTL})
+		}
 	}
 	switch {
 	case b.idleFirst == len(b.idle):

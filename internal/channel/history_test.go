@@ -245,14 +245,52 @@ func TestHistoryKeepsTheEpoch(t *testing.T) {
 		if n := streams(b3); n != 1 {
 			t.Fatalf("%d streams a TTL later, want only the busy one", n)
 		}
-		_ = b2
+
+		// A channel published to again and again with nobody holding it is queued once, and
+		// is kept while it is published to within the TTL.
+		for range 1000 {
+			if _, err := b3.Append("busy", "", []byte("1")); err != nil {
+				t.Fatal(err)
+			}
+			b3.Forget("busy")
+		}
+		if n := idleQueued(b3); n != 1 {
+			t.Fatalf("%d idle entries for one channel, want 1", n)
+		}
+		time.Sleep(50 * time.Second)
+		mustAppendForget(t, b3, "busy")
+		time.Sleep(20 * time.Second) // its entry is due: the channel is still live, and queued again
+		mustAppendForget(t, b3, "other")
+		if n := streams(b3); n != 2 {
+			t.Fatalf("%d streams, want busy, published to 20 s ago, and other", n)
+		}
+		time.Sleep(2 * time.Minute)
+		mustAppendForget(t, b3, "last")
+		if n := streams(b3); n != 1 {
+			t.Fatalf("%d streams two TTLs after the others' last publications, want only the last", n)
+		}
+		_, _ = b, b2
 	})
+}
+
+func mustAppendForget(t *testing.T, b *MemoryBroker, name string) {
+	t.Helper()
+	if _, err := b.Append(name, "", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	b.Forget(name)
 }
 
 func streams(b *MemoryBroker) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.streams)
+}
+
+func idleQueued(b *MemoryBroker) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.idle) - b.idleFirst
 }
 
 // TestResumeHandOffUnderConcurrentPublishes: while publishers publish to a channel without

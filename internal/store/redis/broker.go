@@ -150,7 +150,8 @@ return {e, o}
 // cost, event, data. The history is a stream whose entry ids are <offset>-0, each with its time
 // (t, ms, Redis's clock), its cost (c), event (v) and data (d); the hash keeps the costs'
 // sum (b). After the append it is trimmed from the oldest end, exactly, by count, bytes and
-// age: each entry is read and dropped once, so trimming is O(1) per append, amortized. The
+// age: each entry is read and dropped once, and at most one more is read to find where to stop
+// (at first; sixteen at a time past it), so trimming is O(1) per append, amortized. The
 // whole stream expires a TTL after its last append, when every entry in it has.
 const appendScript = `
 local e = stream(true)
@@ -166,8 +167,10 @@ if n > 0 then b = tonumber(redis.call('HGET', C, 'b') or '0') end
 redis.call('XADD', E, string.format('%.0f-0', o), 't', string.format('%.0f', now), 'c', cost, 'v', ev, 'd', d)
 n, b = n + 1, b + cost
 local cursor, last, done = '-', nil, false
+local want = math.max(n - size, 0) + 1 -- those over the count, and one to look at
 while not done and n > 0 do
-  local batch = redis.call('XRANGE', E, cursor, '+', 'COUNT', 16)
+  local batch = redis.call('XRANGE', E, cursor, '+', 'COUNT', want)
+  want = 16
   if #batch == 0 then break end
   for _, ent in ipairs(batch) do
     local f = ent[2]
