@@ -26,7 +26,7 @@ type Bus interface {
 type Config struct {
 	// Bus carries messages to subscribers. Required.
 	Bus Bus
-	// Broker assigns channels' positions. Default: a MemoryBroker keeping History, for one
+	// Broker assigns channels' positions. Default: a MemoryBroker (a History), for one
 	// node. A Broker that is a History keeps each channel's last publications too, and a
 	// subscription that resumes is replayed what it missed from them (SubscribeFrom).
 	Broker Broker

@@ -51,9 +51,9 @@ const subscribeTimeout = 10 * time.Second
 // Subscribe attaches a subscription. Once it is live, the reply that says so (Codec.Subscribed,
 // quoting r.Ref), then what a resumed subscription is owed first (a channel's replay, or a
 // gap), then what was delivered meanwhile are queued in that order; nothing of it reaches the
-// client before the reply. It returns the
-// refusal otherwise, and nil too when the session closed meanwhile (there is no one to answer).
-// ctx bounds the wait for the producer, as does the session's closing.
+// client before the reply. It returns the refusal otherwise, and nil too when the session
+// closed meanwhile (there is no one to answer). ctx bounds the wait for the producer, as does
+// the session's closing.
 func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	if r.Table != "" {
 		if s.deps.Tables == nil {

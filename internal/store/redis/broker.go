@@ -85,9 +85,12 @@ func NewBroker(c *Client, cfg BrokerConfig) (*Broker, error) {
 	if err := cfg.History.Validate(); err != nil {
 		return nil, fmt.Errorf("redis broker: %w", err)
 	}
+	hist := cfg.History.WithDefaults()
+	// Redis counts a TTL in milliseconds, and PEXPIRE 0 deletes at once.
+	hist.TTL = max(hist.TTL, time.Millisecond)
 	return &Broker{
 		c: c, node: cfg.Node, maxOffset: cfg.MaxOffset, idleTTL: cfg.IdleTTL, newEpoch: cfg.NewEpoch, log: cfg.Logger,
-		history: cfg.History.WithDefaults(),
+		history: hist,
 		next:    rueidis.NewLuaScript(brokerPrelude + nextScript),
 		head:    rueidis.NewLuaScript(brokerPrelude + headScript),
 		append_: rueidis.NewLuaScript(brokerPrelude + appendScript),
