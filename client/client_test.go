@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -137,11 +138,13 @@ func TestSubscribePublishReceive(t *testing.T) {
 }
 
 func TestResyncOnResume(t *testing.T) {
-	n := startNode(t, baseConfig())
+	// The channel's history holds its last publication only.
+	cfg := baseConfig()
+	cfg.Fanout.History = channel.HistoryConfig{Size: 1}
+	n := startNode(t, cfg)
 	c := dial(t, n)
 	ctx := ctxFor(t, 5*time.Second)
-	// A channel nobody subscribes to is forgotten, and its next publication starts a new
-	// epoch: a keeper holds its stream while the test publishes.
+	// A keeper holds the channel's stream while the test publishes.
 	keeper := dial(t, n)
 	if _, err := keeper.Subscribe(ctx, Subscription{Sub: "keep", Channel: "feed"}); err != nil {
 		t.Fatal(err)
@@ -156,17 +159,20 @@ func TestResyncOnResume(t *testing.T) {
 	}
 	tests := []struct {
 		name string
+		sub  string
 		from Position
-		want *Resync
+		want Frame
 	}{
-		{"history expired", wire.ChannelPosition(last.Epoch, 1),
+		{"replayed from the history", "r", wire.ChannelPosition(last.Epoch, 2),
+			&Message{Sub: "r", Pos: last, Channel: "feed", Data: json.RawMessage(`{}`)}},
+		{"history expired", "a", wire.ChannelPosition(last.Epoch, 1),
 			&Resync{Sub: "a", First: wire.ChannelPosition(last.Epoch, 2), Last: last, Lost: 2, Reason: wire.ResyncHistoryExpired}},
-		{"stream reset", wire.ChannelPosition("another-epoch", 7),
+		{"stream reset", "b", wire.ChannelPosition("another-epoch", 7),
 			&Resync{Sub: "b", Last: last, Reason: wire.ResyncStreamReset}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pos, err := c.Subscribe(ctx, Subscription{Sub: tt.want.Sub, Channel: "feed", From: tt.from})
+			pos, err := c.Subscribe(ctx, Subscription{Sub: tt.sub, Channel: "feed", From: tt.from})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,10 +181,10 @@ func TestResyncOnResume(t *testing.T) {
 			}
 			f, raw := next(t, c)
 			if diff := cmp.Diff(tt.want, f); diff != "" {
-				t.Errorf("resync (-want +got):\n%s\nraw %s", diff, raw)
+				t.Errorf("first frame (-want +got):\n%s\nraw %s", diff, raw)
 			}
-			if got, _ := c.Position(tt.want.Sub); got != last {
-				t.Errorf("Position after resync = %v, want its last %v", got, last)
+			if got, _ := c.Position(tt.sub); got != last {
+				t.Errorf("Position after it = %v, want its last %v", got, last)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -135,35 +136,37 @@ func TestTableChanges(t *testing.T) {
 		t.Errorf("Position = %v, want the last change's %v", p, last)
 	}
 
-	// Resuming from the first change: this node keeps no table history, so a resync says
-	// what it cannot replay, and the live stream goes on after it.
+	// Resuming from the first change: the node's history holds what came after it, so it is
+	// replayed (this subscription has no filter: every change of the table after first), in
+	// order and without a resync, then the live stream goes on.
 	c2 := dial(t, n)
 	if _, err := c2.Subscribe(ctx, Subscription{Sub: "again", Table: "public.items", From: first}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Exec(t, db, `INSERT INTO items VALUES (3, 'acme', 'tea', false)`)
-	f, raw := next(t, c2)
-	r, ok := f.(*Resync)
-	if !ok {
-		t.Fatalf("first frame after a resume from %v: %s, want a resync", first, raw)
-	}
-	if r.Sub != "again" || r.Reason != wire.ResyncHistoryExpired || r.Last.LSN < last.LSN {
-		t.Errorf("resync %s: want history_expired up to at least %v", raw, last)
-	}
-	if p, _ := c2.Position("again"); p != r.Last {
-		t.Errorf("Position after the resync = %v, want its last %v", p, r.Last)
-	}
-	// Changes committed before the subscribe but not yet routed then come first: every one of
-	// them is after the resync's last position, and then comes the insert of id 3.
+	prev := first
+	var ops []string
 	for {
-		f, raw = next(t, c2)
+		f, raw := next(t, c2)
 		ch, ok := f.(*Change)
-		if !ok || ch.LSN <= r.Last.LSN {
-			t.Fatalf("after the resync: %s, want changes after %v", raw, r.Last)
+		if !ok {
+			t.Fatalf("after a resume from %v inside the history: %s, want changes", first, raw)
 		}
+		p := ch.Position()
+		if p.LSN < prev.LSN || p.LSN == prev.LSN && p.Idx <= prev.Idx {
+			t.Fatalf("change at %v after %v: not after it", p, prev)
+		}
+		prev = p
+		ops = append(ops, string(ch.Op))
 		if ch.Op == wire.OpInsert && strings.Contains(string(raw), `"id":3`) {
 			break
 		}
+	}
+	if want := "[insert update update delete insert]"; fmt.Sprint(ops) != want {
+		t.Errorf("replayed then live: %v, want %s (row 2's insert, the two updates of row 1, the delete, then row 3)", ops, want)
+	}
+	if p, _ := c2.Position("again"); p != prev {
+		t.Errorf("Position after the replay = %v, want the last change's %v", p, prev)
 	}
 }
 

@@ -1,10 +1,13 @@
 package channel
 
 import (
+	"fmt"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 
+	"github.com/heraldrt/herald/internal/bus"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
@@ -13,6 +16,21 @@ import (
 // The benchmarks measure; they never fail on a timing. Run them with
 //
 //	go test -run '^$' -bench . -benchmem ./internal/channel/
+//
+// They run the hub as a node does by default: its MemoryBroker keeping each channel's history
+// (HistoryConfig's defaults), unless a sub-benchmark says otherwise.
+
+// benchHub returns a hub on a memory bus whose MemoryBroker keeps hist, closed when the
+// benchmark ends.
+func benchHub(b *testing.B, hist HistoryConfig) *Hub {
+	b.Helper()
+	h, err := New(Config{Bus: bus.NewMemory(), History: hist})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(h.Close)
+	return h
+}
 
 // laneSub is a subscriber as the session is one: its own delivery.Lanes, and a data head built
 // once at subscribe, so each Deliver is one PushData.
@@ -40,7 +58,7 @@ func BenchmarkFanout(b *testing.B) {
 
 func benchFanout(b *testing.B, n int) {
 	const drainEvery = 16
-	h := testHub(b, nil, 0)
+	h := benchHub(b, HistoryConfig{})
 	p := mustPattern(b, "rooms/1", "")
 	subs := make([]*laneSub, n)
 	for i := range subs {
@@ -98,7 +116,7 @@ func benchFanout(b *testing.B, n int) {
 func BenchmarkDispatch(b *testing.B) {
 	for _, n := range []int{1_000, 100_000} {
 		b.Run("nonmatching="+strconv.Itoa(n), func(b *testing.B) {
-			h := testHub(b, nil, 0)
+			h := benchHub(b, HistoryConfig{})
 			var delivered atomic.Int64
 			s := subscriberFunc(func(string, *stream.Item) { delivered.Add(1) })
 			_, unsub, _ := h.Subscribe(s, "mine", mustPattern(b, "docs/alice/**", ""))
@@ -132,6 +150,78 @@ func BenchmarkDispatch(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPublishHistory is the cost of keeping a history on the publish path, the two side
+// by side in one run: a publish to a channel nobody on the node receives (subs=0) and to one
+// with one exact subscriber (subs=1), with no history, and with one (whose bound by count is
+// reached after the first 100 publications, so from then on each append also trims one).
+func BenchmarkPublishHistory(b *testing.B) {
+	for _, subs := range []int{0, 1} {
+		for _, hist := range []struct {
+			name string
+			cfg  HistoryConfig
+		}{{"off", HistoryConfig{Size: -1}}, {"on", HistoryConfig{}}} {
+			b.Run(fmt.Sprintf("subs=%d/history=%s", subs, hist.name), func(b *testing.B) {
+				h := benchHub(b, hist.cfg)
+				var delivered atomic.Int64
+				if subs > 0 {
+					s := subscriberFunc(func(string, *stream.Item) { delivered.Add(1) })
+					_, unsub, _ := h.Subscribe(s, "s", mustPattern(b, "rooms/1", ""))
+					defer unsub()
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if _, err := h.Publish("rooms/1", "chat", benchData); err != nil {
+						b.Fatal(err)
+					}
+				}
+				flush(b, h)
+				b.StopTimer()
+				if delivered.Load() != int64(subs*b.N) {
+					b.Fatalf("delivered %d for %d publishes", delivered.Load(), b.N)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkHistoryMemory reports what a node's memory holds for 100k publications kept in
+// channel histories: 1,000 channels with 100 each (the default bound by count), of benchData,
+// as bytes per 100k publications (B/100k) and per publication (B/pub). It also measures the
+// appends, nobody subscribed.
+func BenchmarkHistoryMemory(b *testing.B) {
+	const channels, each = 1000, 100
+	names := make([]string, channels)
+	for i := range names {
+		names[i] = "rooms/" + strconv.Itoa(i)
+	}
+	var perPub float64
+	for range b.N {
+		b.StopTimer()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		broker := NewMemoryBroker(MemoryBrokerConfig{})
+		b.StartTimer()
+		for range each {
+			for _, name := range names {
+				if _, err := broker.Append(name, "chat", benchData); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perPub = float64(after.HeapAlloc-before.HeapAlloc) / (channels * each)
+		runtime.KeepAlive(broker)
+		b.StartTimer()
+	}
+	b.ReportMetric(perPub*100_000, "B/100k")
+	b.ReportMetric(perPub, "B/pub")
+	b.ReportMetric(float64(len(benchData)), "data-B/pub")
 }
 
 // BenchmarkPatternMatch measures evaluating one candidate pattern.

@@ -12,3 +12,9 @@ func TestMemoryBrokerConformance(t *testing.T) {
 		return channel.NewMemoryBroker(channel.MemoryBrokerConfig{MaxOffset: maxOffset})
 	})
 }
+
+func TestMemoryHistoryConformance(t *testing.T) {
+	storetest.RunChannelHistory(t, func(t *testing.T, cfg channel.HistoryConfig) channel.History {
+		return channel.NewMemoryBroker(channel.MemoryBrokerConfig{History: cfg})
+	})
+}

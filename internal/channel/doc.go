@@ -39,12 +39,32 @@
 // plus, until their next publication, those whose subscribers left while other subscriptions
 // under the same token stayed; never for every channel ever published to.
 //
-// The price is that a forgotten channel's next publication starts a new epoch at offset 1. A
-// client that comes back with a position from the old epoch is told its view went stale (the
-// session answers a resume across epochs with a resync of reason stream_reset), and that is the
-// truth: what was published while nobody on this node held the channel reached nobody and was
-// not kept. A subscription that keeps receiving from a channel never sees its epoch change,
-// except at wire.MaxSafeOffset.
+// Forgetting the state tells the broker (Broker.Forget). Without a history, that ends the
+// stream: the channel's next publication starts a new epoch at offset 1, and a client that
+// comes back with a position from the old epoch is told its view went stale (a resync of
+// reason stream_reset), which is the truth: what was published while nobody on this node held
+// the channel reached nobody and was not kept. With a history (below) the broker keeps the
+// stream, epoch and history, until the history expires by age: a channel inside its history
+// window is not forgotten, whether or not anyone holds it. A subscription that keeps receiving
+// from a channel never sees its epoch change, except at wire.MaxSafeOffset.
+//
+// # History and resume
+//
+// A Broker that is a History keeps each channel's last publications, bounded by HistoryConfig:
+// by count, by bytes and by age (MemoryBroker: 100, 64 KiB and two minutes by default). The
+// hub publishes through History.Append, which takes the offset and keeps the publication in
+// one step (one script with Redis), so the history is in offset order and is always a run of
+// consecutive offsets ending at the head. MemoryBroker keeps the item the hub hands to its
+// subscribers, so a replay shares the encodings the live delivery made.
+//
+// SubscribeFrom resumes an exact subscription after from, the last position its client
+// received: under the channel's lock it reads the head and the history after from
+// (History.Since), decides where live delivery starts, and joins, so the replay it returns
+// (Start.Replay: the missed publications its event filter passes when the history still holds
+// them all, else one gap for them, history_expired, or stream_reset when from's epoch ended)
+// and the live deliveries after it meet exactly: a publish waits for the lock, and is either
+// in the history read or delivered live. The caller (the session) queues the replay ahead of
+// the live items, which it holds until then. See resume.go.
 //
 // With MemoryBroker the streams are per node: two nodes give the same channel different epochs.
 // Offsets that agree across nodes need a shared broker: store/redis.Broker is one, and
@@ -61,7 +81,11 @@
 // (upstream_gap, with the exact range) to the channel's subscribers, whatever their event
 // filter. An exact subscription starts after the last offset the node handed on (the
 // broker's head when the node holds the channel for the first time), so what is on its way
-// reaches it; a pattern takes each channel from the first publication of it that arrives.
+// reaches it; a pattern takes each channel from the first publication of it that arrives. A
+// subscription resuming on this node is replayed from the shared history up to that start,
+// which holds every offset the broker handed out; one resuming from a position this node has
+// not handed on yet (its client received it from another node) starts there, and what is on
+// its way up to it is not delivered to it again.
 // A publication in a new epoch (the shared broker lost the stream) is a gap of reason
 // stream_reset from the old epoch's next offset. Verify, which the cluster node runs when the
 // bus between nodes reports a loss, asks the broker for each held channel's head, so a lost
@@ -130,7 +154,7 @@
 //   - Hub.chMu (RWMutex): which channel states exist. Held shared for a lookup, exclusively to
 //     create or forget a state, never across anything else.
 //
-// Lock order: state.mu, then MemoryBroker.mu; state.mu, then Hub.mu, then bucket.chMu;
+// Lock order: state.mu, then MemoryBroker.mu (Append, Since, Head); state.mu, then Hub.mu, then bucket.chMu;
 // state.mu, then queue.mu; subscription.mu, then whatever the bus and the receiver take (the
 // session's mu, then the connection's delivery.Lanes lock); state.mu, then Hub.chMu (and under
 // it MemoryBroker.mu, to forget a stream). Hub.mu and Hub.chMu are never held together, and

@@ -40,9 +40,11 @@ func (r *recorder) Push(sub string, it *stream.Item) {
 }
 
 // testHub returns a hub on a memory bus, its broker handing out epochs from newEpoch (nil: the
-// default) and offsets up to maxOffset (0: the default), closed when the test ends.
+// default) and offsets up to maxOffset (0: the default) and keeping no history, closed when
+// the test ends. historyHub makes one with a history.
 func testHub(t testing.TB, newEpoch func() string, maxOffset uint64) *Hub {
-	h, err := New(Config{Bus: bus.NewMemory(), Broker: NewMemoryBroker(MemoryBrokerConfig{NewEpoch: newEpoch, MaxOffset: maxOffset})})
+	h, err := New(Config{Bus: bus.NewMemory(), Broker: NewMemoryBroker(MemoryBrokerConfig{NewEpoch: newEpoch, MaxOffset: maxOffset,
+		History: HistoryConfig{Size: -1}})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,13 @@ type Bus interface {
 type Config struct {
 	// Bus carries messages to subscribers. Required.
 	Bus Bus
-	// Broker assigns channels' positions. Default: a MemoryBroker with its defaults, for one
-	// node.
+	// Broker assigns channels' positions. Default: a MemoryBroker (a History), for one
+	// node. A Broker that is a History keeps each channel's last publications too, and a
+	// subscription that resumes is replayed what it missed from them (SubscribeFrom).
 	Broker Broker
+	// History bounds each channel's history in the default MemoryBroker; the zero value is the
+	// default, and a negative History.Size keeps none. A Broker given above has its own.
+	History HistoryConfig
 
 	// Shards is the number of fan-out queues, each with a goroutine that hands its
 	// publications to the bus. A channel always uses the queue its name hashes to. Default:
@@ -66,6 +70,7 @@ type Config struct {
 type Hub struct {
 	bus    Bus      // read-only
 	broker Broker   // read-only
+	hist   History  // read-only: broker when it is a History, else nil
 	cfg    Config   // read-only, defaults applied
 	queues []*queue // read-only: the fan-out queues, one per shard
 
@@ -126,8 +131,11 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Bus == nil {
 		return nil, errors.New("channel: no bus")
 	}
+	if err := cfg.History.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Broker == nil {
-		cfg.Broker = NewMemoryBroker(MemoryBrokerConfig{})
+		cfg.Broker = NewMemoryBroker(MemoryBrokerConfig{History: cfg.History})
 	}
 	if cfg.Shards <= 0 {
 		cfg.Shards = defaultShards()
@@ -150,6 +158,7 @@ func New(cfg Config) (*Hub, error) {
 	h := &Hub{
 		bus:      cfg.Bus,
 		broker:   cfg.Broker,
+		hist:     history(cfg.Broker),
 		cfg:      cfg,
 		channels: make(map[string]*state),
 		tokens:   make(map[string]*bucket),
@@ -201,6 +210,24 @@ func (h *Hub) Flush(ctx context.Context) error {
 //
 // p must come from ParsePattern: Subscribe panics on the zero Pattern or a nil receiver.
 func (h *Hub) Subscribe(s stream.Receiver, sub string, p Pattern) (pos stream.Position, unsubscribe func(), err error) {
+	start, unsubscribe, err := h.SubscribeFrom(s, sub, p, stream.Position{})
+	return start.Pos, unsubscribe, err
+}
+
+// SubscribeFrom is Subscribe for a subscription that resumes after from, the position of the
+// last item of the channel its client received (zero: it does not resume). For an exact
+// pattern, the Start it returns says where live delivery starts and what to hand the
+// subscription first: the publications after from, up to Start.Pos, that its event filter
+// passes, when the channel's history still holds them all, or else one gap for them
+// (stream.ReasonHistoryExpired, stream.ReasonStreamReset). The caller delivers Start.Replay
+// ahead of everything s receives for sub; the hub's deliveries start after Start.Pos, so
+// replay and live items meet with no gap and no duplicate.
+//
+// from is the caller's to check: a from of the channel's epoch past its head (from a client
+// bug, or another deployment) comes back with Start.Pos before it and no replay, and should
+// be refused. A pattern with wildcards spans channels whose positions are unrelated, so from
+// means nothing to it and is ignored: Start is zero.
+func (h *Hub) SubscribeFrom(s stream.Receiver, sub string, p Pattern, from stream.Position) (start Start, unsubscribe func(), err error) {
 	if p.IsZero() {
 		panic("channel: Subscribe with the zero Pattern; build one with ParsePattern")
 	}
@@ -213,23 +240,19 @@ func (h *Hub) Subscribe(s stream.Receiver, sub string, p Pattern) (pos stream.Po
 		h.mu.Lock()
 		h.addLocked(sn, p)
 		h.mu.Unlock()
-		return stream.Position{}, unsubscribe, nil
+		return Start{}, unsubscribe, nil
 	}
 	// An exact subscription takes the channel's lock, so no publish is between assigning its
-	// offset and collecting its subscribers while the subscription joins: every publication
-	// after pos finds it, and none before does. Its bucket holds the state from now on, so
-	// the epoch in pos stays the channel's while the subscription lives.
+	// offset and collecting its subscribers while the subscription reads the history and
+	// joins: every publication after the position it starts at finds it, none before does,
+	// and the history holds every one up to it. Its bucket holds the state from now on, so
+	// the epoch stays the channel's while the subscription lives.
 	st := h.acquire(p.glob)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	defer h.release(st)
-	if pos, err = h.broker.Head(p.glob); err != nil {
-		return stream.Position{}, nil, fmt.Errorf("%w: %w", ErrBroker, err)
-	}
-	if h.cfg.Remote != nil {
-		// Among nodes, the subscription starts after what this node has handed on of the
-		// channel, which may trail the broker's head by what is on its way here.
-		pos = st.baseLocked(pos)
+	if start, err = h.startLocked(st, sn, p, from); err != nil {
+		return Start{}, nil, err
 	}
 	h.mu.Lock()
 	b := h.addLocked(sn, p)
@@ -238,7 +261,7 @@ func (h *Hub) Subscribe(s stream.Receiver, sub string, p Pattern) (pos stream.Po
 		st.holders[b.depth] = b
 	}
 	h.mu.Unlock()
-	return pos, unsubscribe, nil
+	return start, unsubscribe, nil
 }
 
 // unsubscribe takes sn out of the index, waits out a Deliver to it that is running, and when
@@ -291,8 +314,9 @@ func (h *Hub) drop(b *bucket) {
 // follow its grammar, and ErrHubClosed once Close has begun. data must be valid JSON
 // (wire.Decode's Publish.Data is; an HTTP handler must check); nil is sent as null.
 //
-// A publication to a channel that no subscription on this node matches still gets a position,
-// and the channel's state, epoch included, is then forgotten at once: see the package
+// A publication to a channel that no subscription on this node matches still gets a position
+// (and a place in the channel's history, with a History), and the channel's state is then
+// forgotten at once; its epoch with it unless the history keeps it: see the package
 // documentation.
 func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Position, error) {
 	if e := checkName(channel); e != nil {
@@ -315,16 +339,31 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 	defer st.mu.Unlock()
 	defer h.release(st)
 
-	pos, err := h.broker.Next(channel)
+	// With a History the broker keeps the publication as it takes its position, and makes
+	// its item; without one the item is made only when someone receives it.
+	var (
+		it  *stream.Item
+		pos stream.Position
+		err error
+	)
+	if h.hist != nil {
+		if it, err = h.hist.Append(channel, event, data); err == nil {
+			pos = it.Message.Pos
+		}
+	} else {
+		pos, err = h.broker.Next(channel)
+	}
 	if err != nil {
 		q.unreserve(cost)
 		return stream.Position{}, fmt.Errorf("%w: %w", ErrBroker, err)
 	}
 	h.published.Add(1)
 	if h.cfg.Remote != nil {
-		m := &stream.Message{Pos: pos, Channel: channel, Event: event, Data: data}
-		h.cfg.Remote.Forward(m)
-		h.sequenceLocked(st, q, m, cost)
+		if it == nil {
+			it = stream.NewMessage(&stream.Message{Pos: pos, Channel: channel, Event: event, Data: data})
+		}
+		h.cfg.Remote.Forward(it.Message)
+		h.sequenceLocked(st, q, it, cost)
 		return pos, nil
 	}
 	ts := h.collect(st, channel, event, false)
@@ -333,7 +372,9 @@ func (h *Hub) Publish(channel, event string, data json.RawMessage) (stream.Posit
 		h.targets.Put(ts)
 		return pos, nil
 	}
-	it := stream.NewMessage(&stream.Message{Pos: pos, Channel: channel, Event: event, Data: data})
+	if it == nil {
+		it = stream.NewMessage(&stream.Message{Pos: pos, Channel: channel, Event: event, Data: data})
+	}
 	// Queued under st.mu: the queue then holds the channel's publications in offset order.
 	q.push(job{it: it, subs: ts, bytes: cost}, cost)
 	return pos, nil
@@ -449,9 +490,9 @@ func (h *Hub) release(st *state) {
 
 // Head returns the position of the last publication to the channel name on this node (offset
 // 0 before the first), and false when the node holds no state for it: it has no subscriber,
-// and its next publication starts a new epoch. The answer may be stale by the time the caller
-// reads it, unless the caller holds an exact subscription to the channel, which keeps the
-// epoch.
+// and its next publication starts a new epoch unless the channel's history keeps it. The
+// answer may be stale by the time the caller reads it, unless the caller holds an exact
+// subscription to the channel, which keeps the epoch.
 func (h *Hub) Head(name string) (stream.Position, bool) {
 	h.chMu.RLock()
 	st := h.channels[name]

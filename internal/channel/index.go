@@ -61,6 +61,11 @@ type group struct {
 type subscription struct {
 	s  stream.Receiver // read-only
 	id string          // read-only
+	// skipTo, when not 0, is the offset of epoch skipEpoch up to which the subscription was
+	// already given its channel's publications (on another node) when it started: those
+	// still on their way here are not delivered to it. Read-only once it joins the index.
+	skipTo    uint64
+	skipEpoch string
 
 	g *group // guarded by Hub.mu; nil once removed from the index
 	i int    // guarded by Hub.mu; index in g.subs
@@ -76,11 +81,27 @@ type subscription struct {
 func (sn *subscription) deliver(bus Bus, it *stream.Item, w *stream.Wakeups) bool {
 	sn.mu.RLock()
 	defer sn.mu.RUnlock()
-	if !sn.live {
+	if !sn.live || sn.skipTo != 0 && sn.before(it) {
 		return false
 	}
 	bus.DeliverDeferred(sn.s, sn.id, it, w)
 	return true
+}
+
+// before reports whether it lies at or before where sn started: a message, or a gap that ends,
+// at or before skipTo in skipEpoch. A gap reaching past it is delivered: the subscriber may
+// have missed its end.
+func (sn *subscription) before(it *stream.Item) bool {
+	var p stream.Position
+	switch {
+	case it.Message != nil:
+		p = it.Message.Pos
+	case it.Gap != nil:
+		p = it.Gap.Last
+	default:
+		return false
+	}
+	return p.Epoch == sn.skipEpoch && p.Offset <= sn.skipTo
 }
 
 // end stops deliveries to sn, waiting out one that is running. sn is already out of the index,

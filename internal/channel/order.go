@@ -61,7 +61,7 @@ func (sq *sequence) isRetired(epoch string) bool {
 }
 
 type held struct {
-	m    *stream.Message
+	it   *stream.Item // a message
 	cost int
 }
 
@@ -85,18 +85,20 @@ func (h *Hub) Deliver(m *stream.Message) error {
 	if err := q.reserve(m.Channel, cost); err != nil {
 		return err
 	}
+	it := stream.NewMessage(m)
 	st := h.acquire(m.Channel)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	defer h.release(st)
-	h.sequenceLocked(st, q, m, cost)
+	h.sequenceLocked(st, q, it, cost)
 	return nil
 }
 
-// sequenceLocked hands m on in order, holds it, or drops it; it owns the reservation of cost
-// on q. The caller holds st.mu.
-func (h *Hub) sequenceLocked(st *state, q *queue, m *stream.Message, cost int) {
+// sequenceLocked hands the message it on in order, holds it, or drops it; it owns the
+// reservation of cost on q. The caller holds st.mu.
+func (h *Hub) sequenceLocked(st *state, q *queue, it *stream.Item, cost int) {
 	sq := &st.seq
+	m := it.Message
 	off := m.Pos.Offset
 	switch {
 	case sq.next == 0:
@@ -124,7 +126,7 @@ func (h *Hub) sequenceLocked(st *state, q *queue, m *stream.Message, cost int) {
 		if sq.held == nil {
 			sq.held = make(map[uint64]held)
 		}
-		sq.held[off] = held{m: m, cost: cost}
+		sq.held[off] = held{it: it, cost: cost}
 		if len(sq.held) >= maxHeld {
 			h.flushHeldLocked(st, q, true)
 			return
@@ -134,7 +136,7 @@ func (h *Hub) sequenceLocked(st *state, q *queue, m *stream.Message, cost int) {
 		}
 		return
 	}
-	h.handLocked(st, q, m, cost)
+	h.handLocked(st, q, it, cost)
 	sq.next = off + 1
 	h.drainLocked(st, q)
 }
@@ -195,7 +197,7 @@ func (h *Hub) drainLocked(st *state, q *queue) {
 			break
 		}
 		delete(sq.held, sq.next)
-		h.handLocked(st, q, hd.m, hd.cost)
+		h.handLocked(st, q, hd.it, hd.cost)
 		sq.next++
 	}
 	if sq.want < sq.next {
@@ -226,7 +228,7 @@ func (h *Hub) flushHeldLocked(st *state, q *queue, gap bool) {
 		if gap && off > sq.next {
 			h.lostLocked(st, q, sq.next, off-1)
 		}
-		h.handLocked(st, q, hd.m, hd.cost)
+		h.handLocked(st, q, hd.it, hd.cost)
 		sq.next = off + 1
 	}
 	if sq.timer != nil {
@@ -271,16 +273,17 @@ func (h *Hub) gapLocked(st *state, q *queue, g stream.Gap) {
 	q.push(job{it: stream.NewGap(&g), subs: ts, bytes: jobBytes}, jobBytes)
 }
 
-// handLocked queues m for the subscriptions it matches on this node, with the reservation of
-// cost it owns.
-func (h *Hub) handLocked(st *state, q *queue, m *stream.Message, cost int) {
+// handLocked queues the message it for the subscriptions it matches on this node, with the
+// reservation of cost it owns.
+func (h *Hub) handLocked(st *state, q *queue, it *stream.Item, cost int) {
+	m := it.Message
 	ts := h.collect(st, m.Channel, m.Event, false)
 	if len(*ts) == 0 {
 		q.unreserve(cost)
 		h.targets.Put(ts)
 		return
 	}
-	q.push(job{it: stream.NewMessage(m), subs: ts, bytes: cost}, cost)
+	q.push(job{it: it, subs: ts, bytes: cost}, cost)
 }
 
 // dropHeldLocked lets go of what a channel holds as its state is forgotten.

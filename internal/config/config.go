@@ -94,6 +94,13 @@ type ChannelsSection struct {
 	// PublishWait is how long a publish waits for room in a full fan-out queue before it is
 	// refused with unavailable.
 	PublishWait time.Duration `yaml:"publish_wait"`
+	// HistorySize, HistoryBytes and HistoryTTL bound each channel's history, from which a
+	// subscription that resumes is replayed what it missed: its last publications, their
+	// bytes, and how long each is kept. HistorySize 0 keeps no history. See
+	// channel.HistoryConfig.
+	HistorySize  int           `yaml:"history_size"`
+	HistoryBytes Size          `yaml:"history_bytes"`
+	HistoryTTL   time.Duration `yaml:"history_ttl"`
 }
 
 // PresenceSection configures channel presence: the presence.* keys. See presence.Config.
@@ -216,6 +223,9 @@ func Default() *Config {
 			FanoutDeliveries: channel.DefaultQueueDeliveries,
 			FanoutBytes:      channel.DefaultQueueBytes,
 			PublishWait:      channel.DefaultQueueWait,
+			HistorySize:      channel.DefaultHistorySize,
+			HistoryBytes:     channel.DefaultHistoryBytes,
+			HistoryTTL:       channel.DefaultHistoryTTL,
 		},
 		Presence: PresenceSection{
 			TTL:          presence.DefaultTTL,
@@ -258,10 +268,21 @@ func Default() *Config {
 	}
 }
 
-// FanoutConfig returns the channel hub's fan-out bounds; the caller sets Bus and Broker.
+// FanoutConfig returns the channel hub's fan-out bounds and its channels' history; the caller
+// sets Bus and Broker (a shared broker takes its History from it too).
 func (c *Config) FanoutConfig() channel.Config {
 	ch := c.Channels
-	return channel.Config{QueueLen: ch.FanoutQueue, QueueDeliveries: ch.FanoutDeliveries, QueueBytes: int(ch.FanoutBytes), QueueWait: ch.PublishWait}
+	return channel.Config{QueueLen: ch.FanoutQueue, QueueDeliveries: ch.FanoutDeliveries, QueueBytes: int(ch.FanoutBytes), QueueWait: ch.PublishWait,
+		History: c.History()}
+}
+
+// History returns the channels' history bounds: channels.history_size 0 is none.
+func (c *Config) History() channel.HistoryConfig {
+	ch := c.Channels
+	if ch.HistorySize == 0 {
+		return channel.HistoryConfig{Size: -1}
+	}
+	return channel.HistoryConfig{Size: ch.HistorySize, Bytes: int(ch.HistoryBytes), TTL: ch.HistoryTTL}
 }
 
 // PresenceConfig returns presence's Config. The caller sets Logger.

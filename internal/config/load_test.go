@@ -78,6 +78,9 @@ channels:
   fanout_deliveries: 5000
   fanout_bytes: 2MiB
   publish_wait: 3s
+  history_size: 8
+  history_bytes: 32KiB
+  history_ttl: 30s
 presence:
   ttl: 12s
   max_members: 9
@@ -155,8 +158,9 @@ func fullConfig() *Config {
 			AllowAnonymous: true,
 			AllowNoExpiry:  true,
 		},
-		API:      APISection{Keys: []string{testAPIKey}},
-		Channels: ChannelsSection{ClientPublish: true, FanoutQueue: 64, FanoutDeliveries: 5000, FanoutBytes: 2 * MiB, PublishWait: 3 * time.Second},
+		API: APISection{Keys: []string{testAPIKey}},
+		Channels: ChannelsSection{ClientPublish: true, FanoutQueue: 64, FanoutDeliveries: 5000, FanoutBytes: 2 * MiB, PublishWait: 3 * time.Second,
+			HistorySize: 8, HistoryBytes: 32 * KiB, HistoryTTL: 30 * time.Second},
 		Presence: PresenceSection{TTL: 12 * time.Second, MaxMembers: 9, MaxMetaBytes: 300},
 		Limits: LimitsSection{
 			MaxConnections: 500, MaxSubscriptions: 7, FDReserve: 100, ListenBacklog: 512,
@@ -406,13 +410,26 @@ func TestLoadFileErrors(t *testing.T) {
 	})
 }
 
-// The channels.fanout_* keys and publish_wait reach the hub's Config as read.
+// The channels.fanout_* keys and publish_wait reach the hub's Config as read, and the
+// channels.history_* keys its History; history_size 0 turns the history off.
 func TestFanoutConfig(t *testing.T) {
 	got := fullConfig().FanoutConfig()
 	if got.QueueLen != 64 || got.QueueDeliveries != 5000 || got.QueueBytes != 2<<20 || got.QueueWait != 3*time.Second {
 		t.Errorf("FanoutConfig() = %+v, want the full config's 64 publications, 5000 deliveries, 2 MiB and 3s", got)
 	}
-	if d := Default().FanoutConfig(); d.QueueLen != channel.DefaultQueueLen || d.QueueWait != channel.DefaultQueueWait {
+	if want := (channel.HistoryConfig{Size: 8, Bytes: 32 << 10, TTL: 30 * time.Second}); got.History != want {
+		t.Errorf("FanoutConfig().History = %+v, want %+v", got.History, want)
+	}
+	d := Default().FanoutConfig()
+	if d.QueueLen != channel.DefaultQueueLen || d.QueueWait != channel.DefaultQueueWait {
 		t.Errorf("Default().FanoutConfig() = %+v, want channel's defaults", d)
+	}
+	if want := (channel.HistoryConfig{}).WithDefaults(); d.History != want {
+		t.Errorf("Default().FanoutConfig().History = %+v, want channel's defaults %+v", d.History, want)
+	}
+	off := Default()
+	off.Channels.HistorySize = 0
+	if h := off.FanoutConfig().History; h.On() {
+		t.Errorf("history_size 0: History = %+v, want none kept", h)
 	}
 }

@@ -52,7 +52,7 @@ func (c *Config) Problems() []error {
 // checks are Validate's checks, in order. Each stands alone: none relies on an earlier one
 // having passed, so Problems may run them all.
 func (c *Config) checks() []func() error {
-	return []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster}
+	return []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChannels, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster}
 }
 
 // bad builds the error for key, with where its value came from.
@@ -69,11 +69,12 @@ func mustKey(name string) Key {
 }
 
 // checkPositive refuses a zero or negative number, size or duration for every key but
-// auth.leeway (where 0s means no skew). Nothing else here has a meaning for zero, and a zero
-// limit would refuse everything while looking like "unlimited".
+// auth.leeway (where 0s means no skew) and channels.history_size (where 0 means no history:
+// checkChannels). Nothing else here has a meaning for zero, and a zero limit would refuse
+// everything while looking like "unlimited".
 func (c *Config) checkPositive() error {
 	for _, k := range keys() {
-		if k.Name == "auth.leeway" {
+		if k.Name == "auth.leeway" || k.Name == "channels.history_size" {
 			continue
 		}
 		switch k.typ {
@@ -211,6 +212,31 @@ func (c *Config) checkLimits() error {
 			return c.bad(k.Name, fmt.Sprintf("is %s, smaller than %s (%s): %s", lane.bytes, lane.against.Name, lane.min, lane.why),
 				k.fix("at least "+lane.min.String(), exampleFor(k))+fmt.Sprintf(", or lower %s (%s)", lane.against.Name, lane.against.Env))
 		}
+	}
+	return nil
+}
+
+// checkChannels refuses a negative history size, and a history whose full replay could not be
+// queued on an empty data lane: a client resuming from before it would always be told of a gap
+// (lane_full) instead of being replayed what it missed.
+func (c *Config) checkChannels() error {
+	ch, l := c.Channels, c.Limits
+	size := mustKey("channels.history_size")
+	if ch.HistorySize < 0 {
+		return c.bad(size.Name, fmt.Sprintf("is %d, want 0 (no history) or more", ch.HistorySize), size.fix("a whole number, 0 for no history", exampleFor(size)))
+	}
+	if ch.HistorySize == 0 {
+		return nil
+	}
+	frames, lane := mustKey("limits.data_lane_frames"), mustKey("limits.data_lane_bytes")
+	if ch.HistorySize > l.DataLaneFrames {
+		return c.bad(size.Name, fmt.Sprintf("is %d, more than %s (%d): a replay of a full history could not be queued for a client", ch.HistorySize, frames.Name, l.DataLaneFrames),
+			size.fix(fmt.Sprintf("at most %d", l.DataLaneFrames), exampleFor(size))+fmt.Sprintf(", or raise %s (%s)", frames.Name, frames.Env))
+	}
+	if ch.HistoryBytes > l.DataLaneBytes {
+		k := mustKey("channels.history_bytes")
+		return c.bad(k.Name, fmt.Sprintf("is %s, more than %s (%s): a replay of a full history could not be queued for a client", ch.HistoryBytes, lane.Name, l.DataLaneBytes),
+			k.fix("at most "+l.DataLaneBytes.String(), exampleFor(k))+fmt.Sprintf(", or raise %s (%s)", lane.Name, lane.Env))
 	}
 	return nil
 }

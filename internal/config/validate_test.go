@@ -95,6 +95,19 @@ func TestValidate(t *testing.T) {
 		{name: "control lane below a frame", change: func(c *Config) { c.Limits.ControlLaneBytes = KiB },
 			wantKey: "limits.control_lane_bytes", wantDetail: "smaller than limits.max_frame_bytes"},
 
+		// channels
+		{name: "no history", change: func(c *Config) { c.Channels.HistorySize = 0 }},
+		{name: "negative history size", change: func(c *Config) { c.Channels.HistorySize = -1 }, wantKey: "channels.history_size",
+			wantDetail: "want 0 (no history) or more", wantFix: []string{"HERALD_CHANNELS_HISTORY_SIZE=100"}},
+		{name: "history larger than the data lane", change: func(c *Config) { c.Channels.HistorySize = 2000 }, wantKey: "channels.history_size",
+			wantDetail: "more than limits.data_lane_frames (10)", wantFix: []string{"at most 10,", "HERALD_LIMITS_DATA_LANE_FRAMES"}},
+		{name: "history bytes larger than the data lane", change: func(c *Config) { c.Channels.HistoryBytes = 8 * MiB }, wantKey: "channels.history_bytes",
+			wantDetail: "more than limits.data_lane_bytes (1MiB)", wantFix: []string{"at most 1MiB", "HERALD_LIMITS_DATA_LANE_BYTES"}},
+		{name: "zero history bytes", change: func(c *Config) { c.Channels.HistoryBytes = 0 }, wantKey: "channels.history_bytes",
+			wantDetail: "want more than zero"},
+		{name: "zero history ttl", change: func(c *Config) { c.Channels.HistoryTTL = 0 }, wantKey: "channels.history_ttl",
+			wantFix: []string{"HERALD_CHANNELS_HISTORY_TTL=2m0s"}},
+
 		// changefeed
 		{name: "changefeed off", change: func(c *Config) { c.ChangefeedSection = Default().ChangefeedSection }},
 		{name: "changefeed setting without a database", change: func(c *Config) { c.ChangefeedSection.DatabaseURL = "" },

@@ -58,8 +58,8 @@ func (g *gatedTransport) Close(session.CloseReason, string) { g.once.Do(func() {
 // fakeChannels attaches every subscription and publishes nothing by itself.
 type fakeChannels struct{}
 
-func (fakeChannels) Subscribe(stream.Receiver, string, string, string) (stream.Position, func(), error) {
-	return stream.Position{}, func() {}, nil
+func (fakeChannels) Subscribe(stream.Receiver, string, string, string, stream.Position) (session.ChannelSubscription, error) {
+	return session.ChannelSubscription{Unsubscribe: func() {}}, nil
 }
 func (fakeChannels) Publish(string, string, json.RawMessage) (stream.Position, error) {
 	return stream.Position{}, nil

@@ -74,15 +74,15 @@ func (publishingChannels) Publish(string, string, json.RawMessage) (stream.Posit
 // brokenChannels refuses every subscription with the hub's own refusal of a pattern.
 type brokenChannels struct{ fakeChannels }
 
-func (brokenChannels) Subscribe(stream.Receiver, string, string, string) (stream.Position, func(), error) {
-	return stream.Position{}, nil, &channel.Error{Reason: channel.ReasonBadPattern, Value: "c", Detail: "no such pattern"}
+func (brokenChannels) Subscribe(stream.Receiver, string, string, string, stream.Position) (session.ChannelSubscription, error) {
+	return session.ChannelSubscription{}, &channel.Error{Reason: channel.ReasonBadPattern, Value: "c", Detail: "no such pattern"}
 }
 
 // failingChannels fails every subscription with an error nobody named for the client.
 type failingChannels struct{ fakeChannels }
 
-func (failingChannels) Subscribe(stream.Receiver, string, string, string) (stream.Position, func(), error) {
-	return stream.Position{}, nil, errors.New("disk on fire")
+func (failingChannels) Subscribe(stream.Receiver, string, string, string, stream.Position) (session.ChannelSubscription, error) {
+	return session.ChannelSubscription{}, errors.New("disk on fire")
 }
 
 // TestReplies: each client frame is answered with the herald.v1 frame its outcome on the

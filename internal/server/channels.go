@@ -34,10 +34,10 @@ func newChannels(b channel.Bus, fanout channel.Config, maxPublish int) (*channel
 	return &channels{hub: hub, maxPublish: maxPublish}, nil
 }
 
-func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (stream.Position, func(), error) {
+func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string, from stream.Position) (session.ChannelSubscription, error) {
 	p, err := channel.ParsePattern(pattern, event)
 	if err != nil {
-		return stream.Position{}, nil, err
+		return session.ChannelSubscription{}, err
 	}
 	var release func()
 	if c.peers != nil {
@@ -52,21 +52,23 @@ func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string) (str
 		release, err = c.peers.node.Watch(ctx, owner, token, subject)
 		cancel()
 		if err != nil {
-			return stream.Position{}, nil, shareError(err)
+			return session.ChannelSubscription{}, shareError(err)
 		}
 	}
-	head, unsubscribe, err := c.hub.Subscribe(s, sub, p)
+	// A resume reads the channel's history (with a shared broker, from Redis) under the
+	// channel's lock as it joins: see channel.Hub.SubscribeFrom.
+	start, unsubscribe, err := c.hub.SubscribeFrom(s, sub, p, from)
 	if err != nil {
 		if release != nil {
 			release()
 		}
-		return stream.Position{}, nil, err
+		return session.ChannelSubscription{}, err
 	}
 	if release != nil {
 		hubUnsubscribe := unsubscribe
 		unsubscribe = func() { hubUnsubscribe(); release() }
 	}
-	return head, unsubscribe, nil
+	return session.ChannelSubscription{Head: start.Pos, Replay: start.Replay, Unsubscribe: unsubscribe}, nil
 }
 
 func (c *channels) Publish(name, event string, data json.RawMessage) (stream.Position, error) {

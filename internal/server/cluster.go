@@ -53,7 +53,9 @@ type hubRef struct{ h *channel.Hub }
 func (r *hubRef) Deliver(m *stream.Message) error { return r.h.Deliver(m) }
 func (r *hubRef) Verify()                         { r.h.Verify() }
 
-func newPeers(cfg ClusterConfig, hist history.Config, log *slog.Logger) (*peers, error) {
+// newPeers connects to the shared Redis; tables bounds each table's history there, channels
+// each channel's.
+func newPeers(cfg ClusterConfig, tables history.Config, channels channel.HistoryConfig, log *slog.Logger) (*peers, error) {
 	id := cfg.NodeID
 	if id == "" {
 		var b [8]byte
@@ -70,7 +72,7 @@ func newPeers(cfg ClusterConfig, hist history.Config, log *slog.Logger) (*peers,
 	}
 	p := &peers{id: id, client: c, hub: &hubRef{}, log: log.With("node", id)}
 	fail := func(err error) (*peers, error) { c.Close(); return nil, err }
-	if p.broker, err = redisstore.NewBroker(c, redisstore.BrokerConfig{Node: id, Logger: log}); err != nil {
+	if p.broker, err = redisstore.NewBroker(c, redisstore.BrokerConfig{Node: id, History: channels, Logger: log}); err != nil {
 		return fail(err)
 	}
 	if p.interest, err = redisstore.NewInterest(c, interest.Config{}); err != nil {
@@ -80,7 +82,7 @@ func newPeers(cfg ClusterConfig, hist history.Config, log *slog.Logger) (*peers,
 		return fail(err)
 	}
 	p.presence = redisstore.NewPresence(c)
-	if p.history, err = redisstore.NewHistory(c, hist); err != nil {
+	if p.history, err = redisstore.NewHistory(c, tables); err != nil {
 		return fail(err)
 	}
 	p.beacon = redisstore.NewBeacon(c, "replicator")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/testenv"
 )
@@ -410,4 +411,69 @@ func TestTableResumeAcrossNodesBeyondHistory(t *testing.T) {
 	if got := changeOf(t, back.expect("change")); got != "insert:4" {
 		t.Fatalf("change %s, want insert:4", got)
 	}
+}
+
+// TestChannelResumeAcrossNodes: a client that received a channel's messages on node A and lost
+// its connection comes back on node B from the last one it received, while the channel was
+// published to on both nodes. It gets exactly what it missed, from the history the nodes share
+// in Redis, then live messages taken on either node; from before the history, one resync.
+func TestChannelResumeAcrossNodes(t *testing.T) {
+	cfgs := nodesConfig(t, 2)
+	for i := range cfgs {
+		cfgs[i].Fanout.History = channel.HistoryConfig{Size: 5}
+	}
+	a, b := start(t, cfgs[0]), start(t, cfgs[1])
+	posOf := func(m map[string]any) string {
+		p := m["pos"].(map[string]any)
+		return fmt.Sprintf("%v:%v", p["epoch"], p["offset"])
+	}
+	// A keeper on B holds the channel there, so B hands it on and starts a resumed
+	// subscription after what it handed on.
+	keeper, _ := connect(t, b)
+	channelSub(keeper, "k", "room")
+
+	c, _ := connect(t, a)
+	channelSub(c, "s", "room")
+	for i := 0; i < 3; i++ {
+		publish(t, a, "room", fmt.Sprint(i))
+	}
+	last := messages(t, c, 3, "s")["s"][2]
+	_ = c.c.CloseNow()
+	var missed []string
+	for i := 0; i < 4; i++ {
+		missed = append(missed, posOf(publish(t, []*running{a, b}[i%2], "room", fmt.Sprint(10+i))))
+	}
+	messages(t, keeper, 7, "k") // B has handed on everything
+
+	t.Run("within the history", func(t *testing.T) {
+		c2, _ := connect(t, b)
+		c2.send(`{"type":"subscribe","id":"s","sub":"s","channel":"room","from":"` + last + `"}`)
+		if m := c2.expect("subscribed"); posOf(m) != last {
+			t.Fatalf("subscribed at %v, want the from %s", m["pos"], last)
+		}
+		if got := messages(t, c2, 4, "s")["s"]; fmt.Sprint(got) != fmt.Sprint(missed) {
+			t.Fatalf("replayed %v, want exactly the missed %v", got, missed)
+		}
+		live := posOf(publish(t, a, "room", "99"))
+		if got := messages(t, c2, 1, "s")["s"]; got[0] != live {
+			t.Fatalf("live after the replay: %v, want %s, published on A", got, live)
+		}
+		messages(t, keeper, 1, "k")
+	})
+	t.Run("beyond the history", func(t *testing.T) {
+		epoch, _ := channelPos(t, last)
+		head := posOf(publish(t, b, "room", "100"))
+		_, headOff := channelPos(t, head)
+		messages(t, keeper, 1, "k")
+		c3, _ := connect(t, a)
+		from := epoch + ":1"
+		c3.send(`{"type":"subscribe","id":"s","sub":"s","channel":"room","from":"` + from + `"}`)
+		c3.expect("subscribed")
+		m := c3.expect("resync")
+		first, _ := m["first"].(map[string]any)
+		if m["reason"] != "history_expired" || fmt.Sprintf("%v:%v", first["epoch"], first["offset"]) != epoch+":2" ||
+			posOf(map[string]any{"pos": m["last"]}) != head || m["lost"] != float64(headOff-1) {
+			t.Fatalf("resync %v, want history_expired from %s:2 to %s, %d lost", m, epoch, head, headOff-1)
+		}
+	})
 }

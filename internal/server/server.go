@@ -76,8 +76,9 @@ type Config struct {
 	// or published on. PolicyConfig bounds each evaluation.
 	Policy       policy.Rules
 	PolicyConfig policy.Config
-	// Fanout bounds the channel hub's fan-out queues (Bus and Broker are the server's own);
-	// zero fields take channel's defaults.
+	// Fanout bounds the channel hub's fan-out queues, and its History each channel's history
+	// (in memory, or in Redis with Cluster); Bus and Broker are the server's own. Zero fields
+	// take channel's defaults.
 	Fanout channel.Config
 	// Presence configures channel presence (the presence.* keys); its store is this node's
 	// memory.
@@ -176,7 +177,7 @@ func New(cfg Config) (*Server, error) {
 	var presStore presence.Store = memory.NewPresence()
 	fanout := cfg.Fanout
 	if cfg.Cluster.Enabled() {
-		if pr, err = newPeers(cfg.Cluster, history.Config{MaxBytes: cfg.HistoryBytes, MaxAge: cfg.HistoryAge}, cfg.Logger); err != nil {
+		if pr, err = newPeers(cfg.Cluster, history.Config{MaxBytes: cfg.HistoryBytes, MaxAge: cfg.HistoryAge}, cfg.Fanout.History, cfg.Logger); err != nil {
 			return nil, err
 		}
 		fanout.Broker, fanout.Remote, presStore = pr.broker, pr, pr.presence

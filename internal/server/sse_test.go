@@ -187,33 +187,57 @@ func TestSSERefusals(t *testing.T) {
 	}
 }
 
-func TestSSELastEventIDReportsTheGap(t *testing.T) {
-	r := start(t, baseConfig())
-	// Another subscriber keeps the channel, and its epoch, alive.
-	keeper, _ := connect(t, r)
-	keeper.send(`{"type":"subscribe","id":"k","sub":"k","channel":"feed"}`)
-	keeper.expect("subscribed")
-	// Three messages go out; a client that saw only the first resumes.
+// TestSSELastEventIDResumes: an EventSource that reconnects sends the id of the last event it
+// saw, and its URL subscription resumes right after it, as from does: within the channel's
+// history it is replayed what it missed (each event with its id), then live; beyond it, a
+// resync says what it missed.
+func TestSSELastEventIDResumes(t *testing.T) {
+	r := start(t, historyConfig(3))
 	first := publish(t, r, "feed", `1`)
 	publish(t, r, "feed", `2`)
 	publish(t, r, "feed", `3`)
 	pos := first["pos"].(map[string]any)
-	last := fmt.Sprintf("feed %s:%d", pos["epoch"], int(pos["offset"].(float64)))
-	h := bearerHeader(t, "u")
-	h.Set("Last-Event-ID", last)
-	c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&channel=feed", h)
-	if c == nil {
-		t.Fatalf("GET: %d", resp.StatusCode)
+	epoch := pos["epoch"].(string)
+	at := func(off int) string { return fmt.Sprintf("%s:%d", epoch, off) }
+	open := func(t *testing.T, last string) *sseClient {
+		h := bearerHeader(t, "u")
+		h.Set("Last-Event-ID", last)
+		c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&channel=feed", h)
+		if c == nil {
+			t.Fatalf("GET: %d", resp.StatusCode)
+		}
+		c.next("welcome")
+		if sev := c.next("subscribed"); sev.id != last {
+			t.Errorf("subscribed event id %q, want %q: a reconnect must resume where the stream starts", sev.id, last)
+		}
+		return c
 	}
-	c.next("welcome")
-	if sev := c.next("subscribed"); sev.id != last {
-		t.Errorf("subscribed event id %q, want %q: a reconnect must resume where the stream starts", sev.id, last)
-	}
-	ev := c.next("resync")
-	if ev.frame["reason"] != "history_expired" || ev.frame["lost"] != float64(2) {
-		t.Errorf("resync %v, want 2 lost, history_expired", ev.frame)
-	}
-	if !strings.HasPrefix(ev.id, "feed ") {
-		t.Errorf("resync event id %q, want the URL subscription's", ev.id)
-	}
+
+	t.Run("within the history", func(t *testing.T) {
+		c := open(t, "feed "+at(1))
+		for _, off := range []int{2, 3} {
+			if ev := c.next("message"); ev.id != "feed "+at(off) || fmt.Sprint(ev.frame["data"]) != fmt.Sprint(off) {
+				t.Errorf("replayed event id %q data %v, want id %q and data %d", ev.id, ev.frame["data"], "feed "+at(off), off)
+			}
+		}
+		publish(t, r, "feed", `4`)
+		if ev := c.next("message"); ev.id != "feed "+at(4) {
+			t.Errorf("live event id %q, want %q", ev.id, "feed "+at(4))
+		}
+	})
+	t.Run("beyond the history", func(t *testing.T) {
+		// The history holds 2..4 now: from 0, the first is gone.
+		c := open(t, "feed "+at(0))
+		ev := c.next("resync")
+		if ev.frame["reason"] != "history_expired" || ev.frame["lost"] != float64(4) {
+			t.Errorf("resync %v, want 4 lost, history_expired", ev.frame)
+		}
+		if ev.id != "feed "+at(4) {
+			t.Errorf("resync event id %q, want the URL subscription's and its last position, %q", ev.id, "feed "+at(4))
+		}
+		publish(t, r, "feed", `5`)
+		if ev := c.next("message"); ev.id != "feed "+at(5) {
+			t.Errorf("live event id %q after the resync, want %q", ev.id, "feed "+at(5))
+		}
+	})
 }

@@ -20,6 +20,13 @@
 // resumed subscription's gap, goes to delivery.Lanes.Gap, the one path a gap takes. The codec
 // also encodes the gaps when the writer takes them.
 //
+// A resumed channel subscription's producer returns its replay (ChannelSubscription.Replay: the
+// missed publications when the channel's history holds them all, else one gap for them), and
+// pushes live items only after it. While the subscribe is being answered its live items wait in the
+// subscription's bounded buffer (pending); the reply, then the replay, then the buffered items
+// are queued under mu, in that order, so the client gets every item once and in order, through
+// the same lanes and their bounds as any other.
+//
 // # Policy
 //
 // A channel subscription and a client's publication are asked of Deps.Policy first; a table

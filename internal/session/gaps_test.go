@@ -55,14 +55,25 @@ func (r *recordingTransport) resyncs() []map[string]any {
 	return out
 }
 
-// headChannels answers every exact subscription with head e:9.
+// headChannels answers every exact subscription with head e:9, and a resume with the gap a
+// channel without history gives (channel.Hub.SubscribeFrom): what is after from is lost.
 type headChannels struct{ fakeChannels }
 
-func (headChannels) Subscribe(_ stream.Receiver, _, pattern, _ string) (wire.Position, func(), error) {
+func (headChannels) Subscribe(_ stream.Receiver, _, pattern, _ string, from wire.Position) (ChannelSubscription, error) {
 	if strings.Contains(pattern, "*") {
-		return wire.Position{}, func() {}, nil
+		return ChannelSubscription{Unsubscribe: func() {}}, nil
 	}
-	return wire.ChannelPosition("e", 9), func() {}, nil
+	head := wire.ChannelPosition("e", 9)
+	cs := ChannelSubscription{Head: head, Unsubscribe: func() {}}
+	switch {
+	case from.IsZero():
+	case from.Epoch != head.Epoch:
+		cs.Replay = []*stream.Item{stream.NewGap(&stream.Gap{Last: head, Reason: stream.ReasonStreamReset})}
+	case from.Offset < head.Offset:
+		cs.Replay = []*stream.Item{stream.NewGap(&stream.Gap{First: wire.ChannelPosition("e", from.Offset+1), Last: head,
+			Lost: head.Offset - from.Offset, Reason: stream.ReasonHistoryExpired})}
+	}
+	return cs, nil
 }
 
 func msg(offset uint64, data string) *stream.Item {
@@ -130,6 +141,54 @@ func TestEveryGapTakesOnePath(t *testing.T) {
 		if !covered[r] {
 			t.Errorf("gap reason %s has no source in this test", r)
 		}
+	}
+}
+
+// replayChannels answers a resume with a replay of e:5..e:9, and, before it returns, delivers
+// e:10 and e:11 live, as publications arriving while the subscribe is answered are.
+type replayChannels struct{ fakeChannels }
+
+func (replayChannels) Subscribe(r stream.Receiver, sub, _, _ string, from wire.Position) (ChannelSubscription, error) {
+	r.Push(sub, msg(10, "10"))
+	r.Push(sub, msg(11, "11"))
+	cs := ChannelSubscription{Head: wire.ChannelPosition("e", 9), Unsubscribe: func() {}}
+	for off := from.Offset + 1; off <= 9; off++ {
+		cs.Replay = append(cs.Replay, msg(off, fmt.Sprint(off)))
+	}
+	return cs, nil
+}
+
+// TestReplayComesBetweenTheReplyAndTheLiveItems: a resumed channel subscription's replay is
+// queued right after its subscribed reply, and the items delivered while the subscribe was
+// being answered after it, so the client sees each position once, in order.
+func TestReplayComesBetweenTheReplyAndTheLiveItems(t *testing.T) {
+	rec := &recordingTransport{}
+	s, err := New(Config{Codec: wire.Codec{}}, Deps{Channels: replayChannels{}}, rec, auth.Identity{Subject: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Subscribe(context.Background(), SubscribeRequest{Ref: "1", Sub: "s", Channel: "c", From: wire.ChannelPosition("e", 6)}); err != nil {
+		t.Fatal(err)
+	}
+	s.Push("s", msg(12, "12"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	want := []string{"subscribed e:6", "message e:7", "message e:8", "message e:9", "message e:10", "message e:11", "message e:12"}
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		got = got[:0]
+		for _, f := range rec.written() {
+			p, _ := f["pos"].(map[string]any)
+			got = append(got, fmt.Sprintf("%v %v:%v", f["type"], p["epoch"], p["offset"]))
+		}
+		if len(got) >= len(want) {
+			break
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("frames %q, want %q", got, want)
 	}
 }
 

@@ -49,10 +49,11 @@ type SubscribeRequest struct {
 const subscribeTimeout = 10 * time.Second
 
 // Subscribe attaches a subscription. Once it is live, the reply that says so (Codec.Subscribed,
-// quoting r.Ref), then a resumed subscription's gap, then what was delivered meanwhile are
-// queued in that order; nothing of it reaches the client before the reply. It returns the
-// refusal otherwise, and nil too when the session closed meanwhile (there is no one to answer).
-// ctx bounds the wait for the producer, as does the session's closing.
+// quoting r.Ref), then what a resumed subscription is owed first (a channel's replay, or a
+// gap), then what was delivered meanwhile are queued in that order; nothing of it reaches the
+// client before the reply. It returns the refusal otherwise, and nil too when the session
+// closed meanwhile (there is no one to answer). ctx bounds the wait for the producer, as does
+// the session's closing.
 func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	if r.Table != "" {
 		if s.deps.Tables == nil {
@@ -97,6 +98,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		key         []string
 		unsubscribe func()
 		recheck     func(auth.Identity) error
+		replay      []*stream.Item // a resumed channel subscription's
 		err         error
 	)
 	if r.Table != "" {
@@ -113,7 +115,9 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		}
 		cancel()
 	} else {
-		head, unsubscribe, err = s.deps.Channels.Subscribe(s, r.Sub, r.Channel, r.Event)
+		var cs ChannelSubscription
+		cs, err = s.deps.Channels.Subscribe(s, r.Sub, r.Channel, r.Event, r.From)
+		head, unsubscribe, replay = cs.Head, cs.Unsubscribe, cs.Replay
 		if p := s.deps.Policy; p != nil {
 			recheck = func(id auth.Identity) error { return p.Channel("subscribe", r.Channel, r.Event, id) }
 		}
@@ -145,10 +149,14 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		pos = r.From
 	}
 	// Under mu, so nothing of this subscription is queued before these: the reply, the resume
-	// gap if any, then what arrived while they were being prepared.
+	// gap or replay if any, then what arrived while they were being prepared. The producer
+	// delivers after what it replays, so the two meet exactly.
 	s.sendAt(su.key, pos.String(), s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key))
 	if gap := resumeGap(r, head); gap != nil {
 		s.push(su.key, su.head, stream.NewGap(gap), nil)
+	}
+	for _, it := range replay {
+		s.push(su.key, su.head, it, nil)
 	}
 	for _, it := range su.buffered {
 		s.push(su.key, su.head, it, nil)
@@ -301,40 +309,26 @@ func checkFrom(r SubscribeRequest, head stream.Position) *fault.Error {
 	return nil
 }
 
-// resumeGap is the gap a resumed subscription starts with when its producer could not replay
-// what came after from (the producer then reports its head, not from): every item between from
-// and the stream's head is reported lost, and a from of another epoch
-// means the stream was reset. The gap says how many were lost only when that is exact: for
-// a channel without an event filter, every offset between from and the head was one
-// publication this subscription would have had.
+// resumeGap is the gap a resumed table subscription starts with when its producer could not
+// replay what came after from (the producer then reports its head, not from): every change
+// between from and the stream's head is reported lost. A channel subscription's is its
+// producer's, in its replay (ChannelSubscription.Replay).
 func resumeGap(r SubscribeRequest, head stream.Position) *stream.Gap {
 	from := r.From
-	switch {
-	case from.IsZero() || head.IsZero() || from == head:
-		// Nothing to resume, or the producer starts the subscription right after from: it
-		// replayed what came between from history.
+	if !from.IsTable() || head.IsZero() || from == head {
+		// Not a table resume, or the producer starts the subscription right after from: it
+		// replayed what came between from its history.
 		return nil
-	case from.IsTable():
-		// The history did not reach from: every change after it up to the head is lost. A from
-		// past the head is a change this node has not routed yet (it restarted, and re-reads
-		// what its slot had not confirmed): Tables holds back everything up to it.
-		if from.LSN < head.LSN || from.LSN == head.LSN && from.Idx > 0 {
-			first := stream.Position{}
-			if from.Idx > 0 {
-				first = stream.TablePosition(from.LSN, from.Idx+1)
-			}
-			return &stream.Gap{First: first, Last: head, Reason: stream.ReasonHistoryExpired}
+	}
+	// The history did not reach from: every change after it up to the head is lost. A from
+	// past the head is a change this node has not routed yet (it restarted, and re-reads what
+	// its slot had not confirmed): Tables holds back everything up to it.
+	if from.LSN < head.LSN || from.LSN == head.LSN && from.Idx > 0 {
+		first := stream.Position{}
+		if from.Idx > 0 {
+			first = stream.TablePosition(from.LSN, from.Idx+1)
 		}
-		return nil
-	case from.Epoch != head.Epoch:
-		return &stream.Gap{Last: head, Reason: stream.ReasonStreamReset}
-	case from.Offset < head.Offset:
-		g := &stream.Gap{First: stream.ChannelPosition(head.Epoch, from.Offset+1), Last: head,
-			Reason: stream.ReasonHistoryExpired}
-		if r.Event == "" {
-			g.Lost = head.Offset - from.Offset
-		}
-		return g
+		return &stream.Gap{First: first, Last: head, Reason: stream.ReasonHistoryExpired}
 	}
 	return nil
 }

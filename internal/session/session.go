@@ -35,9 +35,10 @@ type Transport interface {
 
 // Channels is the channel hub as a session uses it.
 type Channels interface {
-	// Subscribe attaches sub to the channels pattern and event select, and returns the
-	// position it starts after (zero for a pattern spanning channels) and how to detach.
-	Subscribe(s stream.Receiver, sub, pattern, event string) (head stream.Position, unsubscribe func(), err error)
+	// Subscribe attaches sub to the channels pattern and event select, resuming after from
+	// when it is a channel position (one channel only: a pattern ignores it), and returns how
+	// it starts. Nothing at or before from is pushed for sub.
+	Subscribe(s stream.Receiver, sub, pattern, event string, from stream.Position) (ChannelSubscription, error)
 	// Publish sends data to one channel and returns its position there.
 	Publish(channel, event string, data json.RawMessage) (stream.Position, error)
 }
@@ -52,6 +53,21 @@ type Presence interface {
 	// Watch pushes channel's roster to r for sub at once, then its joins and leaves, until
 	// unwatch.
 	Watch(ctx context.Context, channel string, r stream.Receiver, sub string) (unwatch func(), err error)
+}
+
+// ChannelSubscription is an attached channel subscription.
+type ChannelSubscription struct {
+	// Head is the position it starts after: zero for a pattern spanning channels. For one
+	// that resumes, a Head of from's epoch before from says from is past the channel's end:
+	// the session refuses it (bad_position).
+	Head stream.Position
+	// Replay is what a resumed subscription is owed before anything pushed for it, in order:
+	// the publications after from, when the channel's history still holds them all, or else
+	// one gap for them (history_expired, stream_reset). The session queues it right after the
+	// reply that the subscription is live.
+	Replay []*stream.Item
+	// Unsubscribe detaches it.
+	Unsubscribe func()
 }
 
 // Tables is the table router as a session uses it.

@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/store/storetest"
+	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/testenv"
 )
 
@@ -185,6 +187,61 @@ func BenchmarkHistory(b *testing.B) {
 			r, err := h.Read(ctx, "public.t0", last-100, last, history.Limit{Entries: 1000, Bytes: 1 << 20})
 			if err != nil || len(r.Entries) != 100 {
 				b.Fatal(len(r.Entries), err)
+			}
+		}
+	})
+}
+
+// BenchmarkBroker measures a publication's round trip to the private Redis: Next (an offset
+// only), Append with the history off, and Append keeping it (its bound by count reached, so
+// each append also trims one), side by side in one run; and Since reading a full history of
+// 100 after a position 50 back.
+func BenchmarkBroker(b *testing.B) {
+	data := []byte(`{"user":"alice","text":"the quick brown fox jumps over the lazy dog","ts":1700000000000}`)
+	for _, bc := range []struct {
+		name string
+		hist channel.HistoryConfig
+		op   func(*Broker) error
+	}{
+		{"Next", channel.HistoryConfig{Size: -1}, func(br *Broker) error { _, err := br.Next("room"); return err }},
+		{"Append/history=off", channel.HistoryConfig{Size: -1}, func(br *Broker) error { _, err := br.Append("room", "chat", data); return err }},
+		{"Append/history=on", channel.HistoryConfig{}, func(br *Broker) error { _, err := br.Append("room", "chat", data); return err }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			br, err := NewBroker(dialB(b, testenv.RedisURL(b)), BrokerConfig{Node: "n", History: bc.hist})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range 200 {
+				if err := bc.op(br); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := bc.op(br); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("Since/50", func(b *testing.B) {
+		br, err := NewBroker(dialB(b, testenv.RedisURL(b)), BrokerConfig{Node: "n"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var it *stream.Item
+		for range 200 {
+			if it, err = br.Append("room", "chat", data); err != nil {
+				b.Fatal(err)
+			}
+		}
+		from := stream.ChannelPosition(it.Message.Pos.Epoch, it.Message.Pos.Offset-50)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, items, err := br.Since("room", from); err != nil || len(items) != 50 {
+				b.Fatal(len(items), err)
 			}
 		}
 	})

@@ -48,6 +48,18 @@ func TestHistoryConformance(t *testing.T) {
 	})
 }
 
+func TestChannelHistoryConformance(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		storetest.RunChannelHistory(t, func(t *testing.T, cfg channel.HistoryConfig) channel.History {
+			b, err := NewBroker(dial(t, url), BrokerConfig{Node: "n1", History: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		})
+	})
+}
+
 func TestPresenceConformance(t *testing.T) {
 	targets(t, func(t *testing.T, url string) {
 		storetest.RunPresence(t, func(t *testing.T) presence.Store { return NewPresence(dial(t, url)) })

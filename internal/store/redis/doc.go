@@ -1,9 +1,10 @@
 // Package redis holds the multi-node implementations of Herald's stores on Redis or a Redis
 // Cluster, and is the only package that imports the Redis client: Interest (interest.Store),
-// Broker (channel.Broker), Presence (presence.Store), History (history.Store: the tables'
-// recent transactions, one stream per table), Transport (payloads from node to node, one
-// stream per node) and Nodes (the registry of live nodes and their URLs). Not
-// wired into the server yet: `herald serve` uses the memory implementations.
+// Broker (channel.Broker and channel.History), Presence (presence.Store), History
+// (history.Store: the tables' recent transactions, one stream per table), Transport (payloads
+// from node to node, one stream per node), Nodes (the registry of live nodes and their URLs) and
+// Beacon. `herald serve` uses them when redis.url is set, and the memory implementations when
+// the node is alone.
 //
 // # Keys
 //
@@ -20,6 +21,8 @@
 //	<prefix>:y:{o:t:<table>}          STREAM <lsn>-0 -> l p t b s d             (History)
 //	<prefix>:c:{c:<channel>}          HASH   e -> epoch, o -> last offset       (Broker)
 //	<prefix>:h:{c:<channel>}          SET    nodes holding the channel          (Broker)
+//	<prefix>:e:{c:<channel>}          STREAM the channel's history: <offset>-0   (Broker)
+//	                                         -> t (ms), c (cost), v (event), d (data)
 //	<prefix>:i:{p:<shard>}            ZSET   channel -> earliest deadline, ms    (Presence)
 //	<prefix>:d:{p:<shard>}:<channel>  ZSET   member id -> deadline, ms           (Presence)
 //	<prefix>:m:{p:<shard>}:<channel>  HASH   member id -> member                 (Presence)
@@ -60,6 +63,11 @@
 // cap. Sweep claims, elects (node ids compared byte by byte, whatever the server's locale),
 // expires and writes the leader's roster in one script, so two claims at one instant never both
 // lead, and each expired member is returned to one node.
+// A channel's history is appended in the script that takes the publication's offset (Append),
+// so the history's order is offset order whichever node published, and trimmed there, exactly,
+// by count, bytes and age (Redis's clock); it expires whole a TTL after its last append. Forget
+// by the last node holding the channel lets the position hash expire with the history rather
+// than deleting it, so the epoch outlives its holders exactly as long as the history does.
 // The routing hot path is one script per owner per batch, Interest.Probe (or Stamp): the
 // owner's generation and which tokens are watched; the rows of watched tokens (one script) are
 // read only when the generation moved.

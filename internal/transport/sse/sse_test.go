@@ -60,8 +60,8 @@ func (r *registry) slots() int {
 // channels attaches every subscription and publishes nothing.
 type channels struct{}
 
-func (channels) Subscribe(stream.Receiver, string, string, string) (wire.Position, func(), error) {
-	return wire.Position{}, func() {}, nil
+func (channels) Subscribe(stream.Receiver, string, string, string, wire.Position) (session.ChannelSubscription, error) {
+	return session.ChannelSubscription{Unsubscribe: func() {}}, nil
 }
 func (channels) Publish(string, string, json.RawMessage) (wire.Position, error) {
 	return wire.Position{}, nil
