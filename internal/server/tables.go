@@ -34,6 +34,10 @@ type tables struct {
 	// peers, when the node is one of many: a subscription's interest is filed for the
 	// replicator to route by, and it starts after the table's mark (see subscribeShared).
 	peers *peers
+	// unavail counts and logs what is refused as unavailable; refused counts what the policy
+	// refused.
+	unavail *unavailable
+	refused *refusals
 }
 
 var _ session.Tables = (*tables)(nil)
@@ -44,6 +48,28 @@ var _ session.Tables = (*tables)(nil)
 // is held back (see floor), and only a from at or past the database's WAL end, which no commit
 // of this database can have reached, is refused with bad_position.
 func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
+	ts, err := t.subscribe(ctx, s, f)
+	table := qualified(f.Table)
+	t.refused.table(table, err)
+	if rc := ts.Recheck; rc != nil {
+		ts.Recheck = func(id auth.Identity) error {
+			err := rc(id)
+			t.refused.table(table, err)
+			return err
+		}
+	}
+	return ts, t.unavail.note(opTableSubscribe, err)
+}
+
+// qualified is table with its schema: public when it names none.
+func qualified(table string) string {
+	if !strings.Contains(table, ".") {
+		return "public." + table
+	}
+	return table
+}
+
+func (t *tables) subscribe(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
 	target := s
 	if !f.From.IsZero() {
 		// Installed before the subscription attaches: what is routed between attaching and the
@@ -89,11 +115,7 @@ func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 // filed (cluster.Node.Replicate says why that is exact). What the router handed the
 // subscription meanwhile waits in cut, which then lets through only what is past the start.
 func (t *tables) share(ctx context.Context, f session.SubscribeRequest, sub router.Subscription, unsubscribe func(), cut *cutover) (stream.Position, func(), error) {
-	table := f.Table
-	if !strings.Contains(table, ".") {
-		table = "public." + table
-	}
-	owner := cluster.TableOwner(table)
+	owner := cluster.TableOwner(qualified(f.Table))
 	release, err := t.peers.node.Watch(ctx, owner, sub.Token, f.Identity.Subject)
 	if err != nil {
 		unsubscribe()
