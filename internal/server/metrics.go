@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/session"
 	redisstore "github.com/heraldrt/herald/internal/store/redis"
 	"github.com/heraldrt/herald/internal/stream"
@@ -33,6 +34,10 @@ func newMetrics(s *Server) *metrics {
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_session_closes_total", Help: "Sessions ended, by close code name.",
 		}, []string{"code"}),
+	}
+	// Every code a session ends with shows from the start, at 0, so a rate over it is defined.
+	for _, r := range session.CloseReasons() {
+		m.closes.WithLabelValues(heraldv1.CloseCode(r).String())
 	}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.closes,
 		nodeCollector{s})

@@ -87,6 +87,10 @@ type Config struct {
 	// Ready, when set, is asked by /readyz: nil means ready, an error says why not.
 	Ready  func() error
 	Logger *slog.Logger
+
+	// unavailableEvery is how often one cause of unavailable is logged; zero: ratelog's
+	// default. Tests set it.
+	unavailableEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -191,7 +195,7 @@ func New(cfg Config) (*Server, error) {
 		pr.close()
 		return nil, err
 	}
-	unavail := newUnavailable(cfg.Logger)
+	unavail := newUnavailable(cfg.Logger, cfg.unavailableEvery)
 	chans.unavail = unavail
 	pcfg := cfg.Presence
 	if pcfg.Logger == nil {

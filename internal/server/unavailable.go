@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/ratelog"
@@ -37,8 +38,9 @@ type unavailable struct {
 // ops lists every op, for the metric's labels.
 var ops = [...]op{opChannelSubscribe, opPublish, opTableSubscribe, opPresenceTrack, opPresenceUntrack, opPresenceWatch}
 
-func newUnavailable(log *slog.Logger) *unavailable {
-	return &unavailable{log: ratelog.New(log, ratelog.Config{})}
+// newUnavailable logs through log, each cause at most once per every (zero: ratelog's default).
+func newUnavailable(log *slog.Logger, every time.Duration) *unavailable {
+	return &unavailable{log: ratelog.New(log, ratelog.Config{Interval: every})}
 }
 
 // note counts and logs err if it is an unavailable for o, and returns it unchanged.
