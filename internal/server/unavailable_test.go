@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/testenv"
+	"github.com/heraldrt/herald/internal/wire"
 )
 
 // ownRedis starts a redis-server of the test's own on a free port, to kill while a node uses
@@ -128,5 +131,57 @@ func TestUnavailableLoggedOnceWithItsCause(t *testing.T) {
 		if strings.Contains(logs.String(), noisy) {
 			t.Errorf("the log has %q besides the server's line", noisy)
 		}
+	}
+}
+
+// TestNoteCountsAndLogsOnlyUnavailable: note counts and logs an unavailable, in either
+// client-facing form, with the cause behind it, and lets every other answer by untouched.
+func TestNoteCountsAndLogsOnlyUnavailable(t *testing.T) {
+	var logs lockedBuffer
+	u := newUnavailable(slog.New(slog.NewTextHandler(&logs, nil)), time.Hour)
+	cause := errors.New("dial tcp 10.0.0.9:6379: connection refused")
+	for _, tt := range []struct {
+		name    string
+		err     error
+		counted bool
+	}{
+		{"nil", nil, false},
+		{"not client-facing", errors.New("boom"), false},
+		{"forbidden", &fault.Error{Code: fault.CodeForbidden, Message: "no"}, false},
+		{"wire unavailable", &wire.Error{Code: wire.CodeUnavailable, Message: "redis did not answer", Err: cause}, true},
+		{"fault unavailable, wrapped", fmt.Errorf("subscribe: %w", &fault.Error{Code: fault.CodeUnavailable, Message: "presence could not be read", Err: cause}), true},
+		{"unavailable without a cause", &fault.Error{Code: fault.CodeUnavailable, Message: "the change stream is not live yet"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			logs.mu.Lock()
+			logs.buf.Reset()
+			logs.mu.Unlock()
+			before := u.count(opTableSubscribe)
+			if got := u.note(opTableSubscribe, tt.err); got != tt.err {
+				t.Errorf("note returned %v, want its argument %v", got, tt.err)
+			}
+			counted := u.count(opTableSubscribe) - before
+			logged := logs.String()
+			if (counted == 1) != tt.counted || (logged != "") != tt.counted {
+				t.Fatalf("counted %d, logged %q; want counted and logged: %v", counted, logged, tt.counted)
+			}
+			if tt.counted {
+				we, _ := wire.AsError(tt.err)
+				if !strings.Contains(logged, "told=\""+we.Message) {
+					t.Errorf("log %q does not say what the client was told", logged)
+				}
+				if c := causeOf(we); c != nil && !strings.Contains(logged, "cause=\""+cause.Error()) {
+					t.Errorf("log %q does not carry the cause", logged)
+				}
+			}
+		})
+	}
+	// The same cause again within the interval: counted, not logged.
+	logs.mu.Lock()
+	logs.buf.Reset()
+	logs.mu.Unlock()
+	u.note(opTableSubscribe, &wire.Error{Code: wire.CodeUnavailable, Message: "redis did not answer", Err: cause})
+	if logs.String() != "" {
+		t.Errorf("a repeated cause was logged again within the interval: %q", logs.String())
 	}
 }
