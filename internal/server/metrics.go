@@ -133,7 +133,7 @@ var (
 	mRedisErrors   = counter("herald_redis_errors_total", "Redis failures, by source: health_check (a check found a node not answering), bus (a round trip of the bus between nodes failed, and is retried).", "source")
 	mRedisCommands = counter("herald_redis_bus_commands_total", "Redis commands the bus between nodes sent.")
 	mRedisTrips    = counter("herald_redis_bus_round_trips_total", "Redis round trips of the bus between nodes (a batch of commands is one).")
-	mBusSent       = counter("herald_bus_messages_sent_total", "Messages this node wrote to other nodes' streams (one per batch of items and destination node).")
+	mBusSent       = counter("herald_bus_messages_sent_total", "Messages this node wrote to other nodes' streams (one per item and destination node).")
 	mBusSentBytes  = counter("herald_bus_sent_bytes_total", "Bytes of those messages.")
 	mBusReceived   = counter("herald_bus_messages_received_total", "Messages this node read from its stream.")
 	mBusRecvBytes  = counter("herald_bus_received_bytes_total", "Bytes of those messages.")
