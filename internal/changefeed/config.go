@@ -80,11 +80,11 @@ type Config struct {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
-// PublicationName is the publication the feed streams: Publication, or its default.
-func (c *Config) PublicationName() string { return c.withDefaults().Publication }
-
 // SlotName is the replication slot the feed streams from: Slot, or its default.
 func (c *Config) SlotName() string { return c.withDefaults().Slot }
+
+// PublicationName is the publication the feed streams: Publication, or its default.
+func (c *Config) PublicationName() string { return c.withDefaults().Publication }
 
 func (c *Config) withDefaults() Config {
 	d := *c

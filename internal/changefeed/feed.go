@@ -41,9 +41,14 @@ type Stats struct {
 	ServerEnd       change.LSN // the server's WAL end, as last reported
 	LagBytes        uint64     // ServerEnd - Confirmed
 	ConfirmFailures int        // status updates that failed to send since the last that landed
-	Txns            uint64     // transactions handed to the sink
-	Events          uint64     // change events handed to the sink
-	Overflows       uint64     // transactions too large to hold, handed on as overflows
+	// ConfirmFailuresTotal counts every status update that failed to send, ever.
+	ConfirmFailuresTotal uint64
+	// LastCommit is the commit time, by the database's clock, of the last transaction the
+	// sink accepted; zero before the first.
+	LastCommit time.Time
+	Txns       uint64 // transactions handed to the sink
+	Events     uint64 // change events handed to the sink
+	Overflows  uint64 // transactions too large to hold, handed on as overflows
 }
 
 // Feed streams one publication through one slot into a Sink: exactly one Feed per slot is the

@@ -322,6 +322,9 @@ func (p *pump) drain(ctx context.Context) {
 				s.Txns++
 				s.Events += n
 				s.Accepted = h.commit
+				if !h.txn.CommitTime.IsZero() {
+					s.LastCommit = h.txn.CommitTime
+				}
 				if h.txn.Overflow != nil {
 					s.Overflows++
 				}
@@ -581,7 +584,7 @@ func (p *pump) sendStatus(replyRequested bool) error {
 	})
 	p.lastStatus = time.Now()
 	if err != nil {
-		p.f.update(func(s *Stats) { s.ConfirmFailures++ })
+		p.f.update(func(s *Stats) { s.ConfirmFailures++; s.ConfirmFailuresTotal++ })
 		return &Error{Stage: StageConfirm, Detail: "send standby status update: " + safeNetError(err), Err: err,
 			Fix: "check the network path to Postgres; the stream reconnects on its own"}
 	}

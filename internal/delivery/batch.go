@@ -229,5 +229,13 @@ func (l *Lanes) fillLocked(b *Batch) bool {
 	l.stats.controlWritten.Add(uint64(nControl))
 	l.stats.markersEmitted.Add(uint64(len(b.ends)))
 	l.stats.dataWritten.Add(uint64(nData))
+	if t := l.total; t != nil {
+		t.add(tControlWritten, uint64(nControl))
+		t.add(tMarkersEmitted, uint64(len(b.ends)))
+		t.add(tDataWritten, uint64(nData))
+		for i := range b.marks {
+			t.add(reasonIndex(b.marks[i].Reason), 1)
+		}
+	}
 	return len(b.Items) > 0
 }

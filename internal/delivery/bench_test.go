@@ -55,23 +55,28 @@ func BenchmarkPushData(b *testing.B) {
 	}
 	b.Run("admitted/keys=8/open_markers=16", func(b *testing.B) { benchAdmitted(b, 8, 16) })
 	for _, keys := range []int{1, 64} {
-		b.Run("lost/keys="+strconv.Itoa(keys), func(b *testing.B) {
-			l := newLanes(b, Config{MaxDataFrames: lane})
-			for _, f := range benchFrames(lane, 1) {
-				l.PushData(f)
-			}
-			fs := benchFrames(lane, keys)
-			for _, f := range fs {
-				l.PushData(f) // opens every key's marker before timing
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; b.Loop(); i++ {
-				if l.PushData(fs[i%len(fs)]) {
-					b.Fatal("admitted into a full lane")
-				}
-			}
-		})
+		b.Run("lost/keys="+strconv.Itoa(keys), func(b *testing.B) { benchLost(b, keys, nil) })
+	}
+	// The same with the lanes adding to a node's Totals, as a server's do.
+	b.Run("lost/keys=1/totals", func(b *testing.B) { benchLost(b, 1, new(Totals)) })
+}
+
+func benchLost(b *testing.B, keys int, tot *Totals) {
+	const lane = 1024
+	l := newLanes(b, Config{MaxDataFrames: lane, Totals: tot})
+	for _, f := range benchFrames(lane, 1) {
+		l.PushData(f)
+	}
+	fs := benchFrames(lane, keys)
+	for _, f := range fs {
+		l.PushData(f) // opens every key's marker before timing
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if l.PushData(fs[i%len(fs)]) {
+			b.Fatal("admitted into a full lane")
+		}
 	}
 }
 
@@ -131,8 +136,14 @@ func BenchmarkDrain(b *testing.B) {
 // BenchmarkDrainWithMarkers measures a round in which 64 keys each lose a frame to a full lane,
 // then the writer takes the lane and the 64 markers (encoded by the test encoder).
 func BenchmarkDrainWithMarkers(b *testing.B) {
+	b.Run("alone", func(b *testing.B) { benchDrainWithMarkers(b, nil) })
+	// The same with the lanes adding to a node's Totals, as a server's do.
+	b.Run("totals", func(b *testing.B) { benchDrainWithMarkers(b, new(Totals)) })
+}
+
+func benchDrainWithMarkers(b *testing.B, tot *Totals) {
 	const keys = 64
-	l := newLanes(b, Config{MaxDataFrames: keys, MaxBatchFrames: 2 * keys})
+	l := newLanes(b, Config{MaxDataFrames: keys, MaxBatchFrames: 2 * keys, Totals: tot})
 	fs := benchFrames(2*keys, keys)
 	var batch Batch
 	b.ReportAllocs()
@@ -171,4 +182,14 @@ func BenchmarkContended(b *testing.B) {
 	wg.Wait()
 	st := l.Stats()
 	b.ReportMetric(float64(st.LostLaneFull)/float64(st.DataAdmitted+st.LostLaneFull), "lost/frame")
+}
+
+// BenchmarkTotalsStats is one read of a Totals, what a metrics scrape costs whatever the
+// number of connections.
+func BenchmarkTotalsStats(b *testing.B) {
+	var tot Totals
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = tot.Stats()
+	}
 }

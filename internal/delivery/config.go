@@ -72,6 +72,11 @@ type Config struct {
 	// goroutine). Close never calls it. Next is not for such lanes. Lanes start with the writer
 	// counted as present, so the owner starts the first one itself.
 	Wake func()
+
+	// Totals, when set, is where these lanes add their counters too, summed with every other
+	// connection's that shares it: a node's metrics read it rather than every connection's
+	// Stats. Lanes never remove from it.
+	Totals *Totals
 }
 
 // Validate reports a Config that New would refuse.

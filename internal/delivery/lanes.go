@@ -78,6 +78,7 @@ type Lanes struct {
 	stallSince time.Time
 
 	stats counters // atomic, bumped outside mu where possible
+	total *stripe  // the stripe of Config.Totals these lanes add to; nil without one
 }
 
 // New returns the lanes for one connection.
@@ -85,7 +86,7 @@ func New(cfg Config) (*Lanes, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Lanes{cfg: cfg.withDefaults(), wake: make(chan struct{}, 1)}, nil
+	return &Lanes{cfg: cfg.withDefaults(), wake: make(chan struct{}, 1), total: cfg.Totals.lanes()}, nil
 }
 
 // control is one queued control frame, and the subscription and position it is about, if any.
@@ -108,6 +109,7 @@ func (l *Lanes) PushControlAt(b []byte, key, pos string) error {
 	if l.closed {
 		l.mu.Unlock()
 		l.stats.discarded.Add(1)
+		l.total.add(tDiscarded, 1)
 		return ErrClosed
 	}
 	if l.control.len() >= l.cfg.MaxControlFrames || l.ctlBytes+len(b) > l.cfg.MaxControlBytes {
@@ -117,6 +119,7 @@ func (l *Lanes) PushControlAt(b []byte, key, pos string) error {
 		}
 		l.mu.Unlock()
 		l.stats.controlRefused.Add(1)
+		l.total.add(tControlRefused, 1)
 		return err
 	}
 	l.control.push(control{b: b, key: key, pos: pos}, l.cfg.MaxControlFrames)
@@ -169,6 +172,7 @@ func (l *Lanes) PushDataDeferred(f Frame) (ok, wake bool) {
 	if l.closed {
 		l.mu.Unlock()
 		l.stats.discarded.Add(1)
+		l.total.add(tDiscarded, 1)
 		return false, false
 	}
 	if m := l.markers.get(f.Key); m != nil {
@@ -217,6 +221,7 @@ func (l *Lanes) Gap(key, first, last string, count uint64, reason DropReason) {
 		return
 	}
 	l.stats.gaps.Add(1)
+	l.total.add(tGaps, 1)
 	if m := l.markers.get(key); m != nil {
 		l.widenLocked(m, last, count)
 		return
@@ -240,7 +245,7 @@ func (l *Lanes) openLocked(key, first, last string, count uint64, reason DropRea
 		wake = l.unparkLocked()
 	}
 	l.mu.Unlock()
-	l.stats.lost(reason, count)
+	l.lost(reason, count)
 	l.signal(wake)
 	if stalls && l.cfg.OnStall != nil {
 		l.cfg.OnStall()
@@ -260,7 +265,7 @@ func (l *Lanes) widenLocked(m *marker, last string, count uint64) bool {
 	}
 	reason := m.Reason // m belongs to the writer again once mu is released
 	l.mu.Unlock()
-	l.stats.lost(reason, max(count, 1))
+	l.lost(reason, max(count, 1))
 	return false
 }
 
@@ -278,6 +283,7 @@ func (l *Lanes) Forget(key string) {
 	l.markers.remove(m)
 	l.mu.Unlock()
 	l.stats.markersForgotten.Add(1)
+	l.total.add(tMarkersForgotten, 1)
 }
 
 // Close marks the connection gone: it discards every queued frame and outstanding marker,
@@ -306,6 +312,8 @@ func (l *Lanes) Close() {
 	l.mu.Unlock()
 	l.stats.discarded.Add(uint64(discarded))
 	l.stats.markersForgotten.Add(uint64(forgotten))
+	l.total.add(tDiscarded, uint64(discarded))
+	l.total.add(tMarkersForgotten, uint64(forgotten))
 	// Always send: Next may be between finding nothing and parking, and must not miss this.
 	// A writer on demand is not started for lanes that are closed.
 	if l.cfg.Wake == nil {

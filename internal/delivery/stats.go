@@ -56,13 +56,15 @@ type counters struct {
 	gaps                             atomic.Uint64
 }
 
-// lost counts n items lost under reason.
-func (c *counters) lost(reason DropReason, n uint64) {
+// lost counts n items lost under reason, in the lanes' counters and their Totals.
+func (l *Lanes) lost(reason DropReason, n uint64) {
 	switch reason {
 	case ReasonLaneFull:
-		c.lostLaneFull.Add(n)
+		l.stats.lostLaneFull.Add(n)
+		l.total.add(tLostLaneFull, n)
 	case ReasonTooLarge:
-		c.lostTooLarge.Add(n)
+		l.stats.lostTooLarge.Add(n)
+		l.total.add(tLostTooLarge, n)
 	}
 }
 

@@ -20,8 +20,9 @@ import (
 // API answer through it.
 func Refusal(id string, err error, field string) *wire.Error {
 	if we, ok := wire.AsError(err); ok {
-		we.ID = id
-		return we
+		c := *we // a copy: err may be answered again, with another id
+		c.ID = id
+		return &c
 	}
 	we := &wire.Error{ID: id, Code: wire.CodeInternal, Err: err, Message: "the server failed to answer this request; retry, and report it if it persists"}
 	var busy *channel.BusyError

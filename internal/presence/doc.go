@@ -12,6 +12,8 @@
 //   - Meta is at most Config.MaxMetaBytes bytes, refused past it with meta_too_large; a channel
 //     holds at most Config.MaxMembers members, and a new member past it is refused with
 //     presence_full (both are *fault.Error, for the protocol to send). A member that is already there may always replace its meta.
+//   - A store that fails is unavailable, a *fault.Error whose Err is the cause: the package logs
+//     none of them, its caller does (the server logs each cause once per interval).
 //   - Every member has a deadline, Config.TTL after its last track or heartbeat. The node
 //     heartbeats the members its live connections hold, every TTL/3, so a member outlives its
 //     TTL only while its connection does; a member whose node stops beating expires and

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldrt/herald/internal/fault"
@@ -181,6 +182,9 @@ type Presence struct {
 
 	mu       sync.Mutex
 	channels map[string]*channelState // guarded by mu
+	// members counts the members this node's connections hold, in every channel: the sum of
+	// the channels' local, kept as they change (under mu), so metrics read it for free.
+	members atomic.Int64
 }
 
 // channelState is what this node keeps for one channel: while it holds members or presence
@@ -277,10 +281,13 @@ func (p *Presence) Track(ctx context.Context, channel string, m Member) error {
 		return &fault.Error{Code: fault.CodePresenceFull, Field: "channel",
 			Message: fmt.Sprintf("channel %q already has %d members, this server's presence.max_members; try again when one leaves", channel, p.cfg.MaxMembers)}
 	case err != nil:
-		p.cfg.Logger.Warn("presence: track failed", "channel", channel, "err", err)
-		return &fault.Error{Code: fault.CodeUnavailable, Message: "presence could not be recorded; try again later"}
+		return &fault.Error{Code: fault.CodeUnavailable, Message: "presence could not be recorded; try again later",
+			Err: fmt.Errorf("presence: track in channel %q: %w", channel, err)}
 	}
 	p.mu.Lock()
+	if _, had := st.local[m.ID]; !had {
+		p.members.Add(1)
+	}
 	st.local[m.ID] = m
 	p.mu.Unlock()
 	p.emit(channel, st, stream.PresenceJoin, m)
@@ -294,12 +301,12 @@ func (p *Presence) Untrack(ctx context.Context, channel, id string) (ok bool, er
 	defer unlock()
 	// Forgotten first: a member whose untrack failed is no longer renewed, and expires.
 	p.mu.Lock()
-	delete(st.local, id)
+	p.forgetMemberLocked(st, id)
 	p.mu.Unlock()
 	m, ok, err := p.store.Untrack(ctx, channel, id)
 	if err != nil {
-		p.cfg.Logger.Warn("presence: untrack failed", "channel", channel, "err", err)
-		return false, &fault.Error{Code: fault.CodeUnavailable, Message: "presence could not be updated; try again later"}
+		return false, &fault.Error{Code: fault.CodeUnavailable, Message: "presence could not be updated; try again later",
+			Err: fmt.Errorf("presence: untrack from channel %q: %w", channel, err)}
 	}
 	if ok {
 		p.emit(channel, st, stream.PresenceLeave, m)
@@ -335,8 +342,8 @@ func (p *Presence) Watch(ctx context.Context, channel string, r stream.Receiver,
 		members, err := p.store.Members(ctx, channel, p.cfg.Now())
 		if err != nil {
 			p.dropWatcher(st, w)
-			p.cfg.Logger.Warn("presence: roster failed", "channel", channel, "err", err)
-			return nil, &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; try again later"}
+			return nil, &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; try again later",
+				Err: fmt.Errorf("presence: read channel %q's roster: %w", channel, err)}
 		}
 		p.mu.Lock()
 		if !w.overflow {
@@ -352,8 +359,8 @@ func (p *Presence) Watch(ctx context.Context, channel string, r stream.Receiver,
 		p.mu.Unlock()
 		if attempt == 3 {
 			p.dropWatcher(st, w)
-			p.cfg.Logger.Warn("presence: roster outrun by the channel's events", "channel", channel, "held", maxHeld)
-			return nil, &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence changes too fast to read; try again later"}
+			return nil, &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence changes too fast to read; try again later",
+				Err: fmt.Errorf("presence: channel %q's roster was outrun three times by more than %d events", channel, maxHeld)}
 		}
 	}
 	var once sync.Once
@@ -440,6 +447,17 @@ func (p *Presence) Local() (channels, watched int) {
 		}
 	}
 	return channels, watched
+}
+
+// Members reports how many members this node's connections hold, over every channel.
+func (p *Presence) Members() int64 { return p.members.Load() }
+
+// forgetMemberLocked drops member id from st's local members; the caller holds mu.
+func (p *Presence) forgetMemberLocked(st *channelState, id string) {
+	if _, ok := st.local[id]; ok {
+		delete(st.local, id)
+		p.members.Add(-1)
+	}
 }
 
 // Channels reports how many channels this node keeps anything for: members, subscribers or a

@@ -113,6 +113,9 @@ func TestRosterThenJoinAndLeave(t *testing.T) {
 		t.Fatal("second Untrack: ok; want false, and no second leave")
 	}
 	want(t, &r, "s1 room join:b", `s1 room join:a{"s":"away"}`, "s1 room leave:b")
+	if got := p.Members(); got != 2 { // a (its meta replaced, once) and c
+		t.Errorf("Members = %d, want 2", got)
+	}
 	unwatch()
 	unwatch()
 	if err := p.Track(ctx, "room", member("d", "")); err != nil {
@@ -124,6 +127,9 @@ func TestRosterThenJoinAndLeave(t *testing.T) {
 	p.Untrack(ctx, "hall", "c")
 	if ch, w := p.Local(); ch != 0 || w != 0 || st.Channels() != 0 {
 		t.Fatalf("after everyone left: %d local channels, %d watched, %d stored; want 0 (empty channels forgotten)", ch, w, st.Channels())
+	}
+	if got := p.Members(); got != 0 {
+		t.Errorf("Members after everyone left = %d, want 0", got)
 	}
 }
 
@@ -390,6 +396,9 @@ func TestRelayCarriesThisNodesEvents(t *testing.T) {
 	want(t, &r, "s room leave:dead", `s room join:a{"n":2}`, "s room leave:a")
 	if ch, _ := p.Local(); ch != 0 {
 		t.Fatalf("%d channels with local members; want 0: a is gone for good", ch)
+	}
+	if got := p.Members(); got != 0 {
+		t.Errorf("Members = %d, want 0: a is gone for good", got)
 	}
 }
 

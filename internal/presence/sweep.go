@@ -173,7 +173,7 @@ func (p *Presence) heartbeat(ctx context.Context, channel string, st *channelSta
 			// The channel filled meanwhile: the member is gone for good, and says so.
 			p.cfg.Logger.Warn("presence: a member gone could not join again: the channel is full", "channel", channel, "member", m.ID)
 			p.mu.Lock()
-			delete(st.local, m.ID)
+			p.forgetMemberLocked(st, m.ID)
 			p.mu.Unlock()
 			p.emit(channel, st, stream.PresenceLeave, m)
 		case err != nil:

@@ -108,8 +108,8 @@ func TestRowRuleErrorIsConfinedToItsGroup(t *testing.T) {
 		t.Fatalf("broken got %v, want one policy_error resync", frames)
 	}
 	st := r.Stats()
-	if st.RowsDenied["public.items"] != 1 || st.RuleErrors != 1 {
-		t.Errorf("rows_denied %v, errors %d; want 1 and 1", st.RowsDenied, st.RuleErrors)
+	if st.RowsDenied["public.items"] != 1 || st.RuleErrors != 1 || st.RuleErrorsByTable["public.items"] != 1 {
+		t.Errorf("rows_denied %v, errors %d (%v); want 1, 1 and 1 for public.items", st.RowsDenied, st.RuleErrors, st.RuleErrorsByTable)
 	}
 }
 

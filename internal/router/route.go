@@ -344,13 +344,14 @@ func (rt *routing) judge(g *group, e *change.Event, row change.Row, after bool, 
 	case policy.Deny:
 		if counted {
 			if rt.denied == nil {
-				rt.denied = rt.r.deniedFor(e.Table)
+				rt.denied = rt.r.counterFor(&rt.r.denied, e.Table)
 			}
 			rt.denied.Add(1)
 		}
 		return filter.False, nil
 	}
 	rt.r.ruleErrs.Add(1)
+	rt.r.counterFor(&rt.r.ruleErrsBy, e.Table).Add(1)
 	if err == nil {
 		err = &policy.EvalError{Rule: g.rule.Ref(), Detail: "the rule did not decide"}
 	}

@@ -143,7 +143,10 @@ type Router struct {
 	gaps      atomic.Uint64 // resyncs for changes whose effect on a view could not be told
 	ruleEvals atomic.Uint64 // row rule evaluations
 	ruleErrs  atomic.Uint64 // row rule evaluations that failed: policy_error resyncs
-	denied    sync.Map      // table name -> *atomic.Uint64: rows a row rule withheld
+	// By table name, each a *atomic.Uint64: rows a row rule withheld, and row rule
+	// evaluations that failed. Their keys are tables routed, which changefeed.tables and the
+	// publication bound.
+	denied, ruleErrsBy sync.Map
 }
 
 // New returns a router.
@@ -181,6 +184,8 @@ type Stats struct {
 	// group of subscribers whose filter let it through. Groups the rule's index equality rules
 	// out are not evaluated, nor counted.
 	RowsDenied map[string]uint64
+	// RuleErrorsByTable is RuleErrors by table.
+	RuleErrorsByTable map[string]uint64
 }
 
 // Stats returns the router's counters.
@@ -191,13 +196,17 @@ func (r *Router) Stats() Stats {
 		n += t.count
 	}
 	r.mu.RUnlock()
-	denied := map[string]uint64{}
-	r.denied.Range(func(k, v any) bool {
-		denied[k.(string)] = v.(*atomic.Uint64).Load()
-		return true
-	})
+	byTable := func(m *sync.Map) map[string]uint64 {
+		out := map[string]uint64{}
+		m.Range(func(k, v any) bool {
+			out[k.(string)] = v.(*atomicCounter).Load()
+			return true
+		})
+		return out
+	}
 	return Stats{Routed: r.routed.Load(), Delivered: r.delivered.Load(), Evaluations: r.evals.Load(), Gaps: r.gaps.Load(),
-		Subscriptions: n, RuleEvaluations: r.ruleEvals.Load(), RuleErrors: r.ruleErrs.Load(), RowsDenied: denied}
+		Subscriptions: n, RuleEvaluations: r.ruleEvals.Load(), RuleErrors: r.ruleErrs.Load(),
+		RowsDenied: byTable(&r.denied), RuleErrorsByTable: byTable(&r.ruleErrsBy)}
 }
 
 // Seed sets the position subscriptions start after when the stream goes live at start (an
@@ -726,15 +735,15 @@ func shapeOf(cols map[string]bool) string {
 	return "\x00" + strings.Join(names, "\x00")
 }
 
-// atomicCounter is one table's rows_denied.
+// atomicCounter is one table's count: its rows_denied, or its rule errors.
 type atomicCounter = atomic.Uint64
 
-// deniedFor returns table's rows_denied counter.
-func (r *Router) deniedFor(table string) *atomicCounter {
-	if c, ok := r.denied.Load(table); ok {
+// counterFor returns table's counter in m (denied, ruleErrsBy).
+func (r *Router) counterFor(m *sync.Map, table string) *atomicCounter {
+	if c, ok := m.Load(table); ok {
 		return c.(*atomicCounter)
 	}
-	c, _ := r.denied.LoadOrStore(table, new(atomicCounter))
+	c, _ := m.LoadOrStore(table, new(atomicCounter))
 	return c.(*atomicCounter)
 }
 

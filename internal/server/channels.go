@@ -19,8 +19,9 @@ import (
 // client-facing errors.
 type channels struct {
 	hub        *channel.Hub
-	maxPublish int    // the largest data of one publication, compacted, in bytes
-	peers      *peers // nil when the node is alone
+	maxPublish int          // the largest data of one publication, compacted, in bytes
+	peers      *peers       // nil when the node is alone
+	unavail    *unavailable // counts and logs what is refused as unavailable
 }
 
 var _ session.Channels = (*channels)(nil)
@@ -35,6 +36,11 @@ func newChannels(b channel.Bus, fanout channel.Config, maxPublish int) (*channel
 }
 
 func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string, from stream.Position) (session.ChannelSubscription, error) {
+	cs, err := c.subscribe(s, sub, pattern, event, from)
+	return cs, c.unavail.note(opChannelSubscribe, err)
+}
+
+func (c *channels) subscribe(s stream.Receiver, sub, pattern, event string, from stream.Position) (session.ChannelSubscription, error) {
 	p, err := channel.ParsePattern(pattern, event)
 	if err != nil {
 		return session.ChannelSubscription{}, err
@@ -72,6 +78,11 @@ func (c *channels) Subscribe(s stream.Receiver, sub, pattern, event string, from
 }
 
 func (c *channels) Publish(name, event string, data json.RawMessage) (stream.Position, error) {
+	pos, err := c.publish(name, event, data)
+	return pos, c.unavail.note(opPublish, err)
+}
+
+func (c *channels) publish(name, event string, data json.RawMessage) (stream.Position, error) {
 	if len(data) > c.maxPublish {
 		return stream.Position{}, &fault.Error{Code: fault.CodeFrameTooLarge, Field: "data", Message: fmt.Sprintf(
 			"data is %d bytes compacted, more than limits.max_publish_bytes (%d); publish less per message", len(data), c.maxPublish)}

@@ -17,7 +17,6 @@ import (
 	"github.com/heraldrt/herald/internal/presence"
 	redisstore "github.com/heraldrt/herald/internal/store/redis"
 	"github.com/heraldrt/herald/internal/stream"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // peers is this node's part among many that share a Redis: nil when the node is alone. It owns
@@ -238,31 +237,4 @@ func (p *peers) close() {
 	if p != nil {
 		p.client.Close()
 	}
-}
-
-// registerMetrics adds the cross-node series, read from the node's and the hub's counters when
-// scraped.
-func (p *peers) registerMetrics(reg *prometheus.Registry, hub *channel.Hub) {
-	byKind := func(name, help string, f func(cluster.Stats) [3]uint64) {
-		for k, kind := range cluster.KindNames {
-			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: prometheus.Labels{"kind": kind}},
-				func() float64 { return float64(f(p.node.Stats())[k]) }))
-		}
-	}
-	byKind("herald_cluster_items_sent_total", "Items this node sent to other nodes (one per item and destination node), by kind.",
-		func(s cluster.Stats) [3]uint64 { return s.Sent })
-	byKind("herald_cluster_items_received_total", "Items this node received from other nodes, by kind.",
-		func(s cluster.Stats) [3]uint64 { return s.Received })
-	byKind("herald_cluster_items_dropped_total", "Items lost on this node's side of the bus (a full queue, an unreadable payload), by kind; each shows to its subscribers as a gap.",
-		func(s cluster.Stats) [3]uint64 { return s.Dropped })
-	byKind("herald_cluster_gaps_total", "Losses the bus reported from another node, by kind; each is a resync for the subscriptions it feeds here.",
-		func(s cluster.Stats) [3]uint64 { return s.Gaps })
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "herald_cluster_queued", Help: "Items waiting to be routed to other nodes, or handed on here."},
-		func() float64 { st := p.node.Stats(); return float64(st.Routing + st.Receiving) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_cluster_interest_reads_total", Help: "Reads of the interest index's rows (a cache miss: an owner's generation moved)."},
-		func() float64 { return float64(p.node.Stats().Lookups) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_channel_order_gaps_total", Help: "Channel offsets that did not arrive from another node within the order wait: each a gap to the channel's subscribers here."},
-		func() float64 { return float64(hub.Stats().Gaps) }))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "herald_channel_order_late_total", Help: "Channel publications from other nodes that arrived after their offset was handed on or reported lost, and were dropped."},
-		func() float64 { return float64(hub.Stats().Late) }))
 }

@@ -2,23 +2,30 @@ package server
 
 import (
 	"net/http"
+	"time"
 
+	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/heraldv1"
+	"github.com/heraldrt/herald/internal/session"
+	redisstore "github.com/heraldrt/herald/internal/store/redis"
+	"github.com/heraldrt/herald/internal/stream"
+	"github.com/heraldrt/herald/internal/transport/sse"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the node's Prometheus series. Most are read from the components' own counters
-// when scraped, so the hot paths carry no metric code of their own; lane counters of ended
-// sessions are folded into totals when each session is untracked.
+// metrics are the node's Prometheus series (docs/OPERATIONS.md lists each). They are read from
+// the components' own counters when scraped, each component's snapshot taken once per scrape,
+// so the hot paths carry no metric code of their own. Nothing a scrape reads walks the
+// sessions: the sessions add to per-node aggregates as they count (delivery.Totals for their
+// lanes, the edges for their connections and subscriptions), and what an ended session
+// counted stays in them. Every counter is an atomic that is only ever added to, so none goes
+// down between two scrapes.
 type metrics struct {
 	reg    *prometheus.Registry
 	closes *prometheus.CounterVec
-	// ended sessions' lane counters, guarded by the Server's mu
-	endedLost    map[delivery.DropReason]uint64
-	endedMarkers uint64
-	endedFrames  uint64
 }
 
 func newMetrics(s *Server) *metrics {
@@ -27,100 +34,13 @@ func newMetrics(s *Server) *metrics {
 		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "herald_session_closes_total", Help: "Sessions ended, by close code name.",
 		}, []string{"code"}),
-		endedLost: map[delivery.DropReason]uint64{},
 	}
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.closes)
-	gauge := func(name, help string, f func() float64) {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	// Every code a session ends with shows from the start, at 0, so a rate over it is defined.
+	for _, r := range session.CloseReasons() {
+		m.closes.WithLabelValues(heraldv1.CloseCode(r).String())
 	}
-	counter := func(name, help string, f func() float64) {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
-	}
-	gauge("herald_connections", "Client connections holding a slot.", func() float64 { return float64(s.conns.Load()) })
-	gauge("herald_sessions", "Live sessions.", func() float64 { return float64(s.Sessions()) })
-	gauge("herald_sockets_open", "Client sockets open, under the cap set from the open-file limit.", func() float64 {
-		if g := s.gated.Load(); g != nil {
-			return float64(g.open.Load())
-		}
-		return 0
-	})
-	counter("herald_sockets_refused_total", "Client sockets refused too_many_connections at the socket cap, or reset for lack of descriptors.", func() float64 {
-		if g := s.gated.Load(); g != nil {
-			return float64(g.refused.Load())
-		}
-		return 0
-	})
-	counter("herald_data_frames_written_total", "Data frames handed to connections' writers.", func() float64 {
-		t, _ := s.laneTotals()
-		return float64(t.DataWritten)
-	})
-	counter("herald_resync_markers_total", "Resync markers written, one per gap per subscription.", func() float64 {
-		t, _ := s.laneTotals()
-		return float64(t.MarkersEmitted)
-	})
-	for _, reason := range delivery.Reasons() {
-		reason := reason
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "herald_frames_lost_total", Help: "Data frames replaced by a resync marker, by reason.",
-			ConstLabels: prometheus.Labels{"reason": string(reason)},
-		}, func() float64 {
-			_, lost := s.laneTotals()
-			return float64(lost[reason])
-		}))
-	}
-	counter("herald_channel_publications_total", "Channel publications.", func() float64 {
-		return float64(s.channels.hub.Stats().Published)
-	})
-	gauge("herald_channel_fanout_queued", "Channel publications waiting for, or in, their fan-out.", func() float64 {
-		return float64(s.channels.hub.Stats().Queued)
-	})
-	counter("herald_channel_publications_refused_total", "Channel publications refused because their fan-out queue stayed full.", func() float64 {
-		return float64(s.channels.hub.Stats().Refused)
-	})
-	if s.peers != nil {
-		s.peers.registerMetrics(m.reg, s.channels.hub)
-	}
-	if s.feed != nil {
-		gauge("herald_changefeed_streaming", "1 while the replication stream is live.", func() float64 {
-			if s.feed.Stats().Streaming {
-				return 1
-			}
-			return 0
-		})
-		gauge("herald_changefeed_leader", "1 while this node holds the slot's leader lock.", func() float64 {
-			if s.feed.Stats().Leader {
-				return 1
-			}
-			return 0
-		})
-		gauge("herald_changefeed_lag_bytes", "Server WAL end minus the confirmed position.", func() float64 { return float64(s.feed.Stats().LagBytes) })
-		gauge("herald_changefeed_confirm_failures", "Status updates that failed since the last that landed.", func() float64 {
-			return float64(s.feed.Stats().ConfirmFailures)
-		})
-		counter("herald_changefeed_restarts_total", "Replication stream restarts.", func() float64 { return float64(s.feed.Stats().Restarts) })
-		counter("herald_changefeed_transactions_total", "Transactions handed to the router.", func() float64 { return float64(s.feed.Stats().Txns) })
-		counter("herald_changefeed_changes_total", "Changes handed to the router.", func() float64 { return float64(s.feed.Stats().Events) })
-		counter("herald_changefeed_overflows_total", "Transactions too large to hold, sent as resyncs.", func() float64 {
-			return float64(s.feed.Stats().Overflows)
-		})
-		counter("herald_router_deliveries_total", "Change frames handed to sessions.", func() float64 {
-			return float64(s.tables.router.Stats().Delivered)
-		})
-		counter("herald_router_filter_evaluations_total", "Filter evaluations (one per group of identical filters per change).", func() float64 {
-			return float64(s.tables.router.Stats().Evaluations)
-		})
-		counter("herald_router_gaps_total", "Resyncs (incomplete_image) for changes whose effect on a view could not be told from what Postgres logged.", func() float64 {
-			return float64(s.tables.router.Stats().Gaps)
-		})
-		gauge("herald_table_subscriptions", "Live table subscriptions.", func() float64 { return float64(s.tables.router.Stats().Subscriptions) })
-		counter("herald_policy_rule_evaluations_total", "Row rule evaluations (one per group of subscriptions sharing a filter and the claim values the rule reads, per change).", func() float64 {
-			return float64(s.tables.router.Stats().RuleEvaluations)
-		})
-		counter("herald_policy_rule_errors_total", "Row rule evaluations that failed: a policy_error resync for that group's subscriptions.", func() float64 {
-			return float64(s.tables.router.Stats().RuleErrors)
-		})
-		m.reg.MustRegister(deniedCollector{s})
-	}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.closes,
+		nodeCollector{s})
 	return m
 }
 
@@ -128,34 +48,273 @@ func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// laneTotals sums the lane counters of live and ended sessions, in one hold of the Server's mu:
-// an ending session moves from the one to the other under mu, so it is counted once, and
-// the totals never go down between scrapes (Prometheus would read that as a reset).
+// laneTotals is the lane counters of every session the node has had, and the frames lost by
+// reason: what /metrics reports, read without a walk over the sessions.
 func (s *Server) laneTotals() (delivery.Stats, map[delivery.DropReason]uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	live := s.liveStatsLocked()
-	lost := map[delivery.DropReason]uint64{
-		delivery.ReasonLaneFull: live.LostLaneFull + s.metrics.endedLost[delivery.ReasonLaneFull],
-		delivery.ReasonTooLarge: live.LostTooLarge + s.metrics.endedLost[delivery.ReasonTooLarge],
+	t := s.lanes.Stats()
+	return t.Stats, map[delivery.DropReason]uint64{
+		delivery.ReasonLaneFull: t.LostLaneFull,
+		delivery.ReasonTooLarge: t.LostTooLarge,
 	}
-	live.MarkersEmitted += s.metrics.endedMarkers
-	live.DataWritten += s.metrics.endedFrames
-	return live, lost
 }
 
-// rowsDenied is herald_policy_rows_denied_total's description.
-var rowsDenied = prometheus.NewDesc("herald_policy_rows_denied_total",
-	"Row rule evaluations that withheld a row image from a group of subscriptions whose filter let it through, by table (groups the rule's index equality rules out are not evaluated, nor counted).", []string{"table"}, nil)
+// otherTable is the table label of what is counted for a table without policy rules, which a
+// client may name at will. A real table's label is schema-qualified, so it never reads so.
+const otherTable = "other"
 
-// deniedCollector reads rows_denied by table from the router when scraped. The tables are
-// those with policy rules, so the series are bounded by the config.
-type deniedCollector struct{ s *Server }
+// series is one metric family the node collector writes.
+type series struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+}
 
-func (c deniedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- rowsDenied }
+func counter(name, help string, labels ...string) series {
+	return series{prometheus.NewDesc(name, help, labels, nil), prometheus.CounterValue}
+}
 
-func (c deniedCollector) Collect(ch chan<- prometheus.Metric) {
-	for table, n := range c.s.tables.router.Stats().RowsDenied {
-		ch <- prometheus.MustNewConstMetric(rowsDenied, prometheus.CounterValue, float64(n), table)
+func gauge(name, help string, labels ...string) series {
+	return series{prometheus.NewDesc(name, help, labels, nil), prometheus.GaugeValue}
+}
+
+// The node's series. The cluster's, Redis's and the bus's apply with redis.url set; the
+// changefeed's, the router's, the slot's and the table policy's with a changefeed.
+var (
+	mReady = gauge("herald_ready", "1 while /readyz answers ready, 0 while it answers 503 (its body says why).")
+
+	mConnections      = gauge("herald_connections", "Client connections holding a slot, by transport (ws, sse).", "transport")
+	mSessions         = gauge("herald_sessions", "Live sessions, by transport.", "transport")
+	mSessionsTotal    = counter("herald_sessions_total", "Sessions opened, by transport.", "transport")
+	mSubscriptions    = gauge("herald_subscriptions", "Live subscriptions, by transport and kind (table, channel).", "transport", "kind")
+	mSubscriptionsTot = counter("herald_subscriptions_total", "Subscriptions that went live, by transport and kind.", "transport", "kind")
+	mSocketsOpen      = gauge("herald_sockets_open", "Client sockets open, under the cap set from the open-file limit.")
+	mSocketsRefused   = counter("herald_sockets_refused_total", "Client sockets refused too_many_connections at the socket cap, or reset for lack of descriptors.")
+
+	mDataWritten     = counter("herald_data_frames_written_total", "Data frames (changes, messages) handed to connections' writers.")
+	mControlWritten  = counter("herald_control_frames_written_total", "Control frames (replies, errors, presence) handed to connections' writers.")
+	mControlRefused  = counter("herald_control_frames_refused_total", "Control frames refused by a full control lane: each closed its connection as too slow.")
+	mMarkers         = counter("herald_resync_markers_total", "Resync markers written, one per gap per subscription, by the reason the gap opened.", "reason")
+	mFramesLost      = counter("herald_frames_lost_total", "Data frames replaced by a resync marker in a connection's lanes, by reason.", "reason")
+	mBusDeliveries   = counter("herald_bus_deliveries_total", "Items (changes, messages, gaps, presence) the node's bus handed to its sessions.")
+	mUnavailable     = counter("herald_unavailable_total", "Requests refused as unavailable, by what was asked; the log says what failed and why.", "op")
+	mPublished       = counter("herald_channel_publications_total", "Channel publications.")
+	mFanoutQueued    = gauge("herald_channel_fanout_queued", "Channel publications waiting for, or in, their fan-out.")
+	mPublishRefused  = counter("herald_channel_publications_refused_total", "Channel publications refused because their fan-out queue stayed full.")
+	mChannelRefusals = counter("herald_policy_channel_refusals_total", "Channel requests the policy refused, by action (subscribe, publish, presence) and code (forbidden, policy_error).", "action", "code")
+	mPresenceMembers = gauge("herald_presence_members", "Presence members this node's connections hold, in every channel.")
+	mPresenceChans   = gauge("herald_presence_channels", "Channels this node keeps presence for: members, presence subscribers or a sweep claim.")
+
+	mStreaming         = gauge("herald_changefeed_streaming", "1 while the replication stream is live on this node.")
+	mLeader            = gauge("herald_changefeed_leader", "1 while this node holds the slot's leader lock.")
+	mLagBytes          = gauge("herald_changefeed_lag_bytes", "The server's WAL end, as the stream last reported it, minus the position last confirmed to Postgres.")
+	mLastCommit        = gauge("herald_changefeed_last_commit_timestamp_seconds", "Commit time, by the database's clock, of the last transaction handed on; absent before the first.")
+	mConfirmFailures   = counter("herald_changefeed_confirm_failures_total", "Status updates (confirmations of the handed-on position) that failed to send.")
+	mConfirmFailingNow = gauge("herald_changefeed_confirm_failures_consecutive", "Status updates that failed since the last that landed.")
+	mRestarts          = counter("herald_changefeed_restarts_total", "Replication stream restarts.")
+	mTxns              = counter("herald_changefeed_transactions_total", "Transactions handed to the router.")
+	mChanges           = counter("herald_changefeed_changes_total", "Changes handed to the router.")
+	mOverflows         = counter("herald_changefeed_overflows_total", "Transactions too large to hold, sent as resyncs.")
+	mSlotUp            = gauge("herald_replication_slot_up", "1 when the last read of the slot's state succeeded and found the slot.")
+	mSlotActive        = gauge("herald_replication_slot_active", "1 while a connection streams from the slot.")
+	mSlotWALStatus     = gauge("herald_replication_slot_wal_status", "1 for the slot's wal_status (reserved, extended, unreserved, lost), 0 for the others.", "status")
+	mSlotRetained      = gauge("herald_replication_slot_retained_wal_bytes", "WAL the slot keeps from removal: the disk it pins (current WAL position minus restart_lsn).")
+	mSlotLag           = gauge("herald_replication_slot_lag_bytes", "Current WAL position minus the slot's confirmed_flush_lsn.")
+	mSlotSafe          = gauge("herald_replication_slot_safe_wal_bytes", "WAL that may still be written before the slot is lost (safe_wal_size); absent without max_slot_wal_keep_size.")
+	mSlotReadFailures  = counter("herald_replication_slot_read_failures_total", "Reads of the slot's state that failed.")
+	mDeliveries        = counter("herald_router_deliveries_total", "Change frames handed to sessions.")
+	mEvaluations       = counter("herald_router_filter_evaluations_total", "Filter evaluations (one per group of identical filters per change).")
+	mRouterGaps        = counter("herald_router_gaps_total", "Resyncs (incomplete_image) for changes whose effect on a view could not be told from what Postgres logged.")
+	mTableSubs         = gauge("herald_table_subscriptions", "Live table subscriptions in the router.")
+	mRuleEvaluations   = counter("herald_policy_rule_evaluations_total", "Row rule evaluations (one per group of subscriptions sharing a filter and the claim values the rule reads, per change).")
+	mRuleErrors        = counter("herald_policy_rule_errors_total", "Row rule evaluations that failed, by table: each a policy_error resync for that group's subscriptions.", "table")
+	mRowsDenied        = counter("herald_policy_rows_denied_total", "Row rule evaluations that withheld a row image from a group of subscriptions whose filter let it through, by table (groups the rule's index equality rules out are not evaluated, nor counted).", "table")
+	mTableRefusals     = counter("herald_policy_table_refusals_total", `Table subscriptions (and refreshed ones) the policy refused, by table ("other" for any table without rules) and code (forbidden, policy_error).`, "table", "code")
+
+	mRedisUp       = gauge("herald_redis_up", "1 while every Redis node answered the last check.")
+	mRedisErrors   = counter("herald_redis_errors_total", "Redis failures, by source: health_check (a check found a node not answering), bus (a round trip of the bus between nodes failed, and is retried).", "source")
+	mRedisCommands = counter("herald_redis_bus_commands_total", "Redis commands the bus between nodes sent.")
+	mRedisTrips    = counter("herald_redis_bus_round_trips_total", "Redis round trips of the bus between nodes (a batch of commands is one).")
+	mBusSent       = counter("herald_bus_messages_sent_total", "Messages this node wrote to other nodes' streams (one per item and destination node).")
+	mBusSentBytes  = counter("herald_bus_sent_bytes_total", "Bytes of those messages.")
+	mBusReceived   = counter("herald_bus_messages_received_total", "Messages this node read from its stream.")
+	mBusRecvBytes  = counter("herald_bus_received_bytes_total", "Bytes of those messages.")
+	mBusDropped    = counter("herald_bus_messages_dropped_total", "Messages dropped before they reached their node's stream, by reason; each is a gap to its subscribers.", "reason")
+	mBusGaps       = counter("herald_bus_gaps_total", "Losses found on this node's stream, by reason; each is a gap to the subscribers it feeds.", "reason")
+	mBusQueued     = gauge("herald_bus_queued_messages", "Messages waiting to be written to other nodes' streams.")
+	mItemsSent     = counter("herald_cluster_items_sent_total", "Items this node sent to other nodes (one per item and destination node), by kind.", "kind")
+	mItemsReceived = counter("herald_cluster_items_received_total", "Items this node received from other nodes, by kind.", "kind")
+	mItemsDropped  = counter("herald_cluster_items_dropped_total", "Items lost on this node's side of the bus (a full queue, an unreadable payload), by kind; each shows to its subscribers as a gap.", "kind")
+	mClusterGaps   = counter("herald_cluster_gaps_total", "Losses the bus reported from another node, by kind; each is a resync for the subscriptions it feeds here.", "kind")
+	mClusterQueued = gauge("herald_cluster_queued", "Items waiting to be routed to other nodes, or handed on here.")
+	mInterestReads = counter("herald_cluster_interest_reads_total", "Reads of the interest index's rows (a cache miss: an owner's generation moved).")
+	mOrderGaps     = counter("herald_channel_order_gaps_total", "Channel offsets that did not arrive from another node within the order wait: each a gap to the channel's subscribers here.")
+	mForwarded     = counter("herald_sse_commands_forwarded_total", "SSE commands posted to this node for a stream another node holds, by outcome: relayed (whatever the answer), unknown_node (404), lookup_failed and unreachable (503).", "outcome")
+	mOrderLate     = counter("herald_channel_order_late_total", "Channel publications from other nodes that arrived after their offset was handed on or reported lost, and were dropped.")
+	allSeries      = []series{mReady, mConnections, mSessions, mSessionsTotal, mSubscriptions, mSubscriptionsTot, mSocketsOpen, mSocketsRefused, mDataWritten, mControlWritten, mControlRefused, mMarkers, mFramesLost, mBusDeliveries, mUnavailable, mPublished, mFanoutQueued, mPublishRefused, mChannelRefusals, mPresenceMembers, mPresenceChans, mStreaming, mLeader, mLagBytes, mLastCommit, mConfirmFailures, mConfirmFailingNow, mRestarts, mTxns, mChanges, mOverflows, mSlotUp, mSlotActive, mSlotWALStatus, mSlotRetained, mSlotLag, mSlotSafe, mSlotReadFailures, mDeliveries, mEvaluations, mRouterGaps, mTableSubs, mRuleEvaluations, mRuleErrors, mRowsDenied, mTableRefusals, mRedisUp, mRedisErrors, mRedisCommands, mRedisTrips, mBusSent, mBusSentBytes, mBusReceived, mBusRecvBytes, mBusDropped, mBusGaps, mBusQueued, mItemsSent, mItemsReceived, mItemsDropped, mClusterGaps, mClusterQueued, mInterestReads, mOrderGaps, mOrderLate, mForwarded}
+)
+
+// nodeCollector writes the node's series from the components' counters when scraped.
+type nodeCollector struct{ s *Server }
+
+func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range allSeries {
+		ch <- m.desc
+	}
+}
+
+func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	emit := func(m series, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, v, labels...)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	emit(mReady, b2f(s.notReady() == nil))
+
+	for _, e := range []*edge{s.ws, s.sse} {
+		emit(mConnections, float64(e.conns.Load()), e.name)
+		emit(mSessions, float64(e.sessions.Load()), e.name)
+		emit(mSessionsTotal, float64(e.opened.Load()), e.name)
+		for _, k := range session.SubscriptionKinds() {
+			emit(mSubscriptions, float64(e.counts.Live(k)), e.name, string(k))
+			emit(mSubscriptionsTot, float64(e.counts.Total(k)), e.name, string(k))
+		}
+	}
+	var open, refused float64
+	if g := s.gated.Load(); g != nil {
+		open, refused = float64(g.open.Load()), float64(g.refused.Load())
+	}
+	emit(mSocketsOpen, open)
+	emit(mSocketsRefused, refused)
+
+	lanes := s.lanes.Stats()
+	emit(mDataWritten, float64(lanes.DataWritten))
+	emit(mControlWritten, float64(lanes.ControlWritten))
+	emit(mControlRefused, float64(lanes.ControlRefused))
+	for _, r := range stream.Reasons() {
+		emit(mMarkers, float64(lanes.MarkersByReason[r]), string(r))
+	}
+	for _, r := range delivery.Reasons() {
+		emit(mFramesLost, float64(lanes.Lost(r)), string(r))
+	}
+	emit(mBusDeliveries, float64(s.bus.Stats().Delivered))
+	for _, o := range ops {
+		emit(mUnavailable, float64(s.unavail.count(o)), string(o))
+	}
+
+	hub := s.channels.hub.Stats()
+	emit(mPublished, float64(hub.Published))
+	emit(mFanoutQueued, float64(hub.Queued))
+	emit(mPublishRefused, float64(hub.Refused))
+	for i, a := range channelActions {
+		for j, code := range refusedCodes {
+			emit(mChannelRefusals, float64(s.policy.refused.channel[i][j].Load()), a, code)
+		}
+	}
+	emit(mPresenceMembers, float64(s.presence.Members()))
+	emit(mPresenceChans, float64(s.presence.Channels()))
+
+	if s.feed != nil {
+		c.collectTables(emit, b2f)
+	}
+	if s.peers != nil {
+		c.collectCluster(emit, b2f, hub.Gaps, hub.Late)
+	}
+}
+
+func (c nodeCollector) collectTables(emit func(series, float64, ...string), b2f func(bool) float64) {
+	s := c.s
+	f := s.feed.Stats()
+	emit(mStreaming, b2f(f.Streaming))
+	emit(mLeader, b2f(f.Leader))
+	emit(mLagBytes, float64(f.LagBytes))
+	if !f.LastCommit.IsZero() {
+		emit(mLastCommit, float64(f.LastCommit.UnixNano())/float64(time.Second))
+	}
+	emit(mConfirmFailures, float64(f.ConfirmFailuresTotal))
+	emit(mConfirmFailingNow, float64(f.ConfirmFailures))
+	emit(mRestarts, float64(f.Restarts))
+	emit(mTxns, float64(f.Txns))
+	emit(mChanges, float64(f.Events))
+	emit(mOverflows, float64(f.Overflows))
+
+	slot := s.slot.State()
+	emit(mSlotUp, b2f(slot.read && slot.exists))
+	if slot.exists {
+		emit(mSlotActive, b2f(slot.active))
+		for _, st := range walStatuses {
+			emit(mSlotWALStatus, b2f(slot.walStatus == st), st)
+		}
+		emit(mSlotRetained, float64(slot.retained))
+		emit(mSlotLag, float64(slot.lag))
+		if slot.safe != nil {
+			emit(mSlotSafe, float64(*slot.safe))
+		}
+	}
+	emit(mSlotReadFailures, float64(s.slot.failures.Load()))
+
+	r := s.tables.router.Stats()
+	emit(mDeliveries, float64(r.Delivered))
+	emit(mEvaluations, float64(r.Evaluations))
+	emit(mRouterGaps, float64(r.Gaps))
+	emit(mTableSubs, float64(r.Subscriptions))
+	emit(mRuleEvaluations, float64(r.RuleEvaluations))
+	// The tables are those routed with policy rules, which the config bounds.
+	for table, n := range r.RuleErrorsByTable {
+		emit(mRuleErrors, float64(n), table)
+	}
+	for table, n := range r.RowsDenied {
+		emit(mRowsDenied, float64(n), table)
+	}
+	for table, n := range s.policy.refused.tables {
+		if table == "" {
+			table = otherTable
+		}
+		for j, code := range refusedCodes {
+			emit(mTableRefusals, float64(n[j].Load()), table, code)
+		}
+	}
+}
+
+func (c nodeCollector) collectCluster(emit func(series, float64, ...string), b2f func(bool) float64, orderGaps, orderLate uint64) {
+	p := c.s.peers
+	emit(mRedisUp, b2f(p.client.Healthy() == nil))
+	_, failed := p.client.Checks()
+	tr := p.transport.Stats()
+	emit(mRedisErrors, float64(failed), "health_check")
+	emit(mRedisErrors, float64(tr.Failures), "bus")
+	emit(mRedisCommands, float64(tr.Commands))
+	emit(mRedisTrips, float64(tr.RoundTrips))
+	emit(mBusSent, float64(tr.Sent))
+	emit(mBusSentBytes, float64(tr.SentBytes))
+	emit(mBusReceived, float64(tr.Received))
+	emit(mBusRecvBytes, float64(tr.ReceivedBytes))
+	for _, r := range redisstore.DropReasons() {
+		emit(mBusDropped, float64(tr.Dropped(r)), string(r))
+	}
+	for _, r := range redisstore.GapReasons() {
+		emit(mBusGaps, float64(tr.Gaps(r)), string(r))
+	}
+	emit(mBusQueued, float64(tr.Queued))
+
+	n := p.node.Stats()
+	for k, kind := range cluster.KindNames {
+		emit(mItemsSent, float64(n.Sent[k]), kind)
+		emit(mItemsReceived, float64(n.Received[k]), kind)
+		emit(mItemsDropped, float64(n.Dropped[k]), kind)
+		emit(mClusterGaps, float64(n.Gaps[k]), kind)
+	}
+	emit(mClusterQueued, float64(n.Routing+n.Receiving))
+	emit(mInterestReads, float64(n.Lookups))
+	emit(mOrderGaps, float64(orderGaps))
+	emit(mOrderLate, float64(orderLate))
+	if ev := c.s.events.Load(); ev != nil {
+		fw := ev.Forwards()
+		for _, o := range sse.ForwardOutcomes {
+			emit(mForwarded, float64(fw[o]), string(o))
+		}
 	}
 }

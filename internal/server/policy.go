@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
@@ -12,6 +13,7 @@ import (
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/wire"
 )
 
 // gate is the node's policy (internal/policy): the channel rules, compiled at New, and the
@@ -19,6 +21,8 @@ import (
 // table or channel without rules is closed.
 type gate struct {
 	p *policy.Policy
+	// refused counts what the policy refused, for metrics.
+	refused *refusals
 
 	mu     sync.RWMutex
 	loaded bool                           // guarded by mu: the table rules are compiled
@@ -90,6 +94,7 @@ func (g *gate) Channel(action, ch, event string, id auth.Identity) error {
 	case policy.Allow:
 		return nil
 	case policy.Error:
+		g.refused.channelRefused(action, refusedError)
 		rule := "a channel rule"
 		var ee *policy.EvalError
 		if errors.As(err, &ee) {
@@ -99,6 +104,7 @@ func (g *gate) Channel(action, ch, event string, id auth.Identity) error {
 			Message: rule + " could not decide for this identity (a server configuration problem, not a denial); retry later, and report it if it persists",
 			Err:     err}
 	}
+	g.refused.channelRefused(action, refusedForbidden)
 	verb := "subscribe to"
 	switch name {
 	case policy.RulePublish:
@@ -108,4 +114,77 @@ func (g *gate) Channel(action, ch, event string, id auth.Identity) error {
 	}
 	return &fault.Error{Code: fault.CodeForbidden, Field: "channel",
 		Message: fmt.Sprintf("no policy rule lets this identity %s channel %q", verb, ch)}
+}
+
+// refusals counts what the policy refused, for metrics: channel requests by action and table
+// subscriptions by table, each by code (forbidden: a rule said no, or none lets it;
+// policy_error: a rule could not decide).
+type refusals struct {
+	channel [len(channelActions)][2]atomic.Uint64 // by actionIndex, by refusedForbidden/refusedError
+	// tables holds a counter pair for every table with rules, and one under "" for any other
+	// table a client names: clients name what they like, and a label must stay bounded. Made
+	// by newRefusals, read-only after.
+	tables map[string]*[2]atomic.Uint64
+}
+
+// The codes a refusal is counted under.
+const (
+	refusedForbidden = iota
+	refusedError
+)
+
+// refusedCodes are the metric labels of refusedForbidden and refusedError.
+var refusedCodes = [2]string{string(fault.CodeForbidden), string(fault.CodePolicyError)}
+
+// channelActions are the actions gate.Channel decides: the metric's action labels.
+var channelActions = [...]string{"subscribe", "publish", "presence"}
+
+func actionIndex(action string) int {
+	for i, a := range channelActions {
+		if a == action {
+			return i
+		}
+	}
+	return 0
+}
+
+func newRefusals(tables []string) *refusals {
+	r := &refusals{tables: map[string]*[2]atomic.Uint64{"": new([2]atomic.Uint64)}}
+	for _, t := range tables {
+		r.tables[t] = new([2]atomic.Uint64)
+	}
+	return r
+}
+
+// channelRefused counts a channel request for action refused under code (refusedForbidden,
+// refusedError).
+func (r *refusals) channelRefused(action string, code int) {
+	if r != nil {
+		r.channel[actionIndex(action)][code].Add(1)
+	}
+}
+
+// table counts err, the answer to a subscription to table (schema-qualified), if the policy
+// refused it.
+func (r *refusals) table(table string, err error) {
+	if r == nil {
+		return
+	}
+	fe, ok := wire.AsError(err)
+	if !ok {
+		return
+	}
+	i := refusedForbidden
+	switch fe.Code {
+	case fault.CodeForbidden:
+	case fault.CodePolicyError:
+		i = refusedError
+	default:
+		return
+	}
+	c := r.tables[table]
+	if c == nil {
+		c = r.tables[""]
+	}
+	c[i].Add(1)
 }

@@ -414,7 +414,7 @@ func TestMetrics(t *testing.T) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	body := string(b)
-	for _, want := range []string{"herald_sessions 1", "herald_connections 1", "herald_channel_publications_total 300", `herald_frames_lost_total{reason="lane_full"}`} {
+	for _, want := range []string{`herald_sessions{transport="ws"} 1`, `herald_connections{transport="ws"} 1`, `herald_subscriptions{kind="channel",transport="ws"} 1`, "herald_channel_publications_total 300", `herald_frames_lost_total{reason="lane_full"}`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

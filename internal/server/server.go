@@ -95,6 +95,10 @@ type Config struct {
 	// Ready, when set, is asked by /readyz: nil means ready, an error says why not.
 	Ready  func() error
 	Logger *slog.Logger
+
+	// unavailableEvery is how often one cause of unavailable is logged; zero: ratelog's
+	// default. Tests set it.
+	unavailableEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -136,15 +140,25 @@ type Server struct {
 	// went live: the node stops with it.
 	policyFailed chan error
 	metrics      *metrics
+	unavail      *unavailable     // counts and logs every request refused as unavailable
 	feed         *changefeed.Feed // nil without a changefeed
 	schema       *pgSchema        // nil without a changefeed
+	slot         *slotWatch       // nil without a changefeed
 	peers        *peers           // nil when the node is alone
 
 	conns       atomic.Int64                  // sessions admitted and not yet ended
 	maxSessions atomic.Int64                  // the session limit: limits.max_connections, or less to fit the open-file limit
 	gated       atomic.Pointer[gatedListener] // the client listener, once Run has bound it
+	events      atomic.Pointer[sse.Handler]   // the SSE transport, once Run has built it
+	// lanes sums the lane counters of every session the node ever had (delivery.Totals):
+	// /metrics reads it without a walk over the sessions.
+	lanes *delivery.Totals
+	// ws and sse count each transport's connections, sessions and subscriptions.
+	ws, sse *edge
+	// draining is set as shutdown begins, before any connection is closed: /readyz fails
+	// from then on, so load balancers stop sending new clients here.
+	draining atomic.Bool
 
-	// mu is taken before a session's lanes lock (Session.Stats), never while holding it.
 	mu       sync.Mutex
 	sessions map[*session.Session]struct{} // guarded by mu
 	closes   map[wire.CloseCode]uint64     // guarded by mu: ended sessions by close code
@@ -159,6 +173,8 @@ type Server struct {
 // New builds a server from cfg.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
+	lanes := new(delivery.Totals)
+	cfg.Session.Lanes.Totals = lanes
 	if err := cfg.Session.Validate(); err != nil {
 		return nil, err
 	}
@@ -187,6 +203,8 @@ func New(cfg Config) (*Server, error) {
 		pr.close()
 		return nil, err
 	}
+	unavail := newUnavailable(cfg.Logger, cfg.unavailableEvery)
+	chans.unavail = unavail
 	pcfg := cfg.Presence
 	if pcfg.Logger == nil {
 		pcfg.Logger = cfg.Logger
@@ -212,8 +230,10 @@ func New(cfg Config) (*Server, error) {
 		closes:   map[wire.CloseCode]uint64{},
 		stopping: make(chan struct{}),
 		ready:    make(chan struct{}),
-		policy:   &gate{p: pol},
+		policy:   &gate{p: pol, refused: newRefusals(pol.Tables())},
 		peers:    pr,
+		lanes:    lanes,
+		unavail:  unavail,
 
 		policyFailed: make(chan error, 1),
 	}
@@ -251,7 +271,7 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger}
+		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger, unavail: unavail, refused: s.policy.refused}
 		if pr != nil {
 			s.tables.history = pr.history
 		}
@@ -289,6 +309,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.schema, s.feed = schema, feed
+		s.slot = newSlotWatch(schema.pool, fc.SlotName(), cfg.Logger)
 	}
 	if pr != nil && pr.node == nil {
 		if err := pr.start(chans.hub, nil, pres); err != nil {
@@ -296,6 +317,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.ws, s.sse = newEdge(s, "ws"), newEdge(s, "sse")
 	s.metrics = newMetrics(s)
 	return s, nil
 }
@@ -337,8 +359,13 @@ func (s *Server) follow(ctx context.Context) {
 	}
 }
 
-// ready reports why the node cannot serve its streams, or nil.
+// notReady reports why the node cannot serve its streams, or nil. The reasons, in the order
+// they are asked (docs/OPERATIONS.md lists them): the node drains; the Ready hook; Redis
+// unreachable, or no replicator's beacon; the replication stream down or starting.
 func (s *Server) notReady() error {
+	if s.draining.Load() {
+		return errDraining
+	}
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(); err != nil {
 			return err
@@ -372,6 +399,9 @@ func (s *Server) notReady() error {
 	}
 	return nil
 }
+
+// errDraining is /readyz's reason once shutdown has begun.
+var errDraining = errors.New("the node is draining: shutdown has begun, and its clients are being told to reconnect elsewhere")
 
 // Addr is the address the server listens on, once Listening has fired.
 func (s *Server) Addr() string {
@@ -415,15 +445,8 @@ func (s *Server) Track(sess *session.Session) func() {
 	return func() {
 		code := heraldv1.CloseCode(sess.CloseReason())
 		s.mu.Lock()
-		// Read under mu, with the move from the live sessions to the ended totals, so a scrape
-		// (laneTotals) counts the session's lanes exactly once, before or after.
-		st := sess.Stats()
 		delete(s.sessions, sess)
 		s.closes[code]++
-		s.metrics.endedLost[delivery.ReasonLaneFull] += st.LostLaneFull
-		s.metrics.endedLost[delivery.ReasonTooLarge] += st.LostTooLarge
-		s.metrics.endedMarkers += st.MarkersEmitted
-		s.metrics.endedFrames += st.DataWritten
 		s.mu.Unlock()
 		s.metrics.closes.WithLabelValues(code.String()).Inc()
 	}
@@ -507,7 +530,7 @@ func (s *Server) Run(ctx context.Context) error {
 			defer func() { stopPeers(); <-followed }()
 		}
 	}
-	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence}}
+	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence, s.unavail}}
 	// Presence's one sweeper: it stops once the sessions have (they untrack as they close).
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
 	swept := make(chan struct{})
@@ -544,12 +567,20 @@ func (s *Server) Run(ctx context.Context) error {
 			s.schema.Close()
 		}
 	}()
-	ws := websocket.New(base, websocket.Config{ConnectTimeout: s.cfg.ConnectTimeout, PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}, deps, s, s)
-	sseCfg := sse.Config{PingInterval: s.cfg.PingInterval, Session: s.cfg.Session, Logger: s.log}
+	if s.slot != nil {
+		// Before the catalog pool closes (the deferred stop above runs after this one).
+		slotCtx, stopSlot := context.WithCancel(context.WithoutCancel(ctx))
+		slotDone := make(chan struct{})
+		go func() { defer close(slotDone); s.slot.run(slotCtx) }()
+		defer func() { stopSlot(); <-slotDone }()
+	}
+	ws := websocket.New(base, websocket.Config{ConnectTimeout: s.cfg.ConnectTimeout, PingInterval: s.cfg.PingInterval, Session: s.ws.session(), Logger: s.log}, deps, s, s.ws)
+	sseCfg := sse.Config{PingInterval: s.cfg.PingInterval, Session: s.sse.session(), Logger: s.log}
 	if s.peers != nil {
 		sseCfg.Node, sseCfg.Peers = s.peers.id, s.peers.nodes
 	}
-	events := sse.New(base, sseCfg, deps, s, s)
+	events := sse.New(base, sseCfg, deps, s, s.sse)
+	s.events.Store(events)
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /v1/ws", ws)
@@ -647,6 +678,9 @@ func (s *Server) AdminAddr() string {
 
 // shutdown stops accepting, tells every client to go elsewhere, drains, then closes.
 func (s *Server) shutdown(srv *http.Server, served <-chan error, stopBase func()) error {
+	// First: /readyz fails before anything is closed, so a load balancer that probes it stops
+	// sending clients here while those here are told to go.
+	s.draining.Store(true)
 	s.log.Info("shutting down", "sessions", s.Sessions(), "drain", s.cfg.ShutdownTimeout)
 	drain, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
@@ -762,22 +796,5 @@ func (s *Server) apiKeyOK(r *http.Request) bool {
 	return ok
 }
 
-// totalStats sums the delivery counters of every live session: for tests.
-func (s *Server) totalStats() delivery.Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.liveStatsLocked()
-}
-
-// liveStatsLocked sums the delivery counters of every live session. Called with mu held.
-func (s *Server) liveStatsLocked() (total delivery.Stats) {
-	for sess := range s.sessions {
-		st := sess.Stats()
-		total.DataAdmitted += st.DataAdmitted
-		total.DataWritten += st.DataWritten
-		total.LostLaneFull += st.LostLaneFull
-		total.LostTooLarge += st.LostTooLarge
-		total.MarkersEmitted += st.MarkersEmitted
-	}
-	return total
-}
+// totalStats is the lane counters of every session the node has had: for tests.
+func (s *Server) totalStats() delivery.Stats { return s.lanes.Stats().Stats }

@@ -42,6 +42,10 @@ type tables struct {
 	// committed before it was handed on by a replicator, and so stamped and recorded.
 	confirmed func(context.Context) (change.LSN, error)
 	log       *slog.Logger
+	// unavail counts and logs what is refused as unavailable; refused counts what the policy
+	// refused.
+	unavail *unavailable
+	refused *refusals
 }
 
 var _ session.Tables = (*tables)(nil)
@@ -52,6 +56,28 @@ var _ session.Tables = (*tables)(nil)
 // is held back (see floor), and only a from at or past the database's WAL end, which no commit
 // of this database can have reached, is refused with bad_position.
 func (t *tables) Subscribe(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
+	ts, err := t.subscribe(ctx, s, f)
+	table := qualified(f.Table)
+	t.refused.table(table, err)
+	if rc := ts.Recheck; rc != nil {
+		ts.Recheck = func(id auth.Identity) error {
+			err := rc(id)
+			t.refused.table(table, err)
+			return err
+		}
+	}
+	return ts, t.unavail.note(opTableSubscribe, err)
+}
+
+// qualified is table with its schema: public when it names none.
+func qualified(table string) string {
+	if !strings.Contains(table, ".") {
+		return "public." + table
+	}
+	return table
+}
+
+func (t *tables) subscribe(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
 	target := s
 	if !f.From.IsZero() {
 		// Installed before the subscription attaches: what is routed between attaching and the

@@ -110,6 +110,13 @@
 // held together, and nothing takes mu while it holds stallMu. timerMu is taken alone. Nothing is
 // written to the network under mu.
 //
+// # Counting
+//
+// A session made with Config.Counts adds to it each subscription that goes live (as its reply is
+// queued) and each live one's end, however it ends, under mu as the subscription table changes:
+// the node's metrics read the sums of every session without a walk over them. The lanes count
+// into delivery.Config.Totals likewise.
+//
 // # Lifecycle
 //
 // New makes a session for an identity that has already been verified. Start starts the token's

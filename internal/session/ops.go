@@ -89,7 +89,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	// sub cannot slip in; it is live for Push from the moment the producer attaches it.
 	s.gen++
 	su := &subscription{sub: r.Sub, key: r.Sub + "\x00" + strconv.FormatUint(s.gen, 36),
-		head: s.cfg.Codec.Head(r.Sub, r.Table != ""), unsubscribe: func() {}, pending: true}
+		head: s.cfg.Codec.Head(r.Sub, r.Table != ""), table: r.Table != "", unsubscribe: func() {}, pending: true}
 	s.subs[r.Sub] = su
 	s.mu.Unlock()
 
@@ -165,6 +165,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		s.lanes.Gap(su.key, g.first, g.last, g.count, stream.ReasonLaneFull)
 	}
 	su.buffered, su.bufferedBytes, su.overflow, su.pending = nil, 0, nil, false
+	s.cfg.Counts.started(su.table)
 	s.mu.Unlock()
 	if r.Presence {
 		s.watchPresence(ctx, su, r.Channel)
@@ -193,6 +194,7 @@ func (s *Session) watchPresence(ctx context.Context, su *subscription, channel s
 	ended := s.subs[su.sub] == su
 	if ended {
 		delete(s.subs, su.sub)
+		s.endedLocked(su)
 		fe, ok := err.(*fault.Error)
 		if !ok {
 			fe = &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; subscribe again later"}
@@ -286,7 +288,8 @@ func (s *Session) untrackAll(tracked map[string]string) {
 	defer cancel()
 	for channel, member := range tracked {
 		if _, err := s.deps.Presence.Untrack(ctx, channel, member); err != nil {
-			s.log.Warn("presence: untrack at close failed; the member expires by its TTL", "channel", channel, "err", err)
+			// Debug: the presence, or the server over it, logs a failure's cause.
+			s.log.Debug("presence: untrack at close failed; the member expires by its TTL", "channel", channel, "err", err)
 		}
 	}
 }
@@ -339,7 +342,10 @@ func resumeGap(r SubscribeRequest, head stream.Position) *stream.Gap {
 func (s *Session) Unsubscribe(sub string) error {
 	s.mu.Lock()
 	su := s.subs[sub]
-	delete(s.subs, sub)
+	if su != nil {
+		delete(s.subs, sub)
+		s.endedLocked(su)
+	}
 	s.mu.Unlock()
 	if su == nil {
 		return &fault.Error{Code: fault.CodeNotFound, Field: "sub",
@@ -439,6 +445,7 @@ func (s *Session) recheck(id auth.Identity) {
 			continue // ended meanwhile
 		}
 		delete(s.subs, su.sub)
+		s.endedLocked(su)
 		// Under mu, as a reply is: nothing of the subscription is queued after it.
 		s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
 		s.mu.Unlock()

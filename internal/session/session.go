@@ -160,7 +160,10 @@ type Config struct {
 	// "<node>.<random>", so a node that is handed a request for the session can tell which
 	// node holds it without asking anyone (NodeOf). It holds no "." (cluster.node_id's rule).
 	// Empty: the id is the random part alone.
-	Node   string
+	Node string
+	// Counts, when set, is where the session counts its subscriptions, with every other
+	// session sharing it: a node's metrics read it. nil: not counted.
+	Counts *Counts
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -298,6 +301,7 @@ type subscription struct {
 	// queued for an earlier subscription with the same sub are told apart and dropped.
 	key         string
 	head        []byte // the data frames' per-subscription prefix, encoded once
+	table       bool   // a table subscription, else a channel one
 	unsubscribe func()
 	// recheck judges the subscription again for the claims of a refreshed token: nil when it
 	// may go on. nil recheck: nothing to judge.
@@ -529,6 +533,14 @@ func policyFault(sub, rule string) *fault.Error {
 		Message: rule + " could not decide whether this subscription may see a change, so the server withheld it (see the resync); a server configuration problem, not a denial"}
 }
 
+// endedLocked counts su's end, once it is out of the subscription table, if it went live. The
+// caller holds mu.
+func (s *Session) endedLocked(su *subscription) {
+	if !su.pending {
+		s.cfg.Counts.ended(su.table)
+	}
+}
+
 // buffer keeps it until the subscription's reply is queued, at most maxItems items and
 // maxBytes bytes of their frames (the data lane's bounds, which they are queued on next). The
 // overflow rule is the lanes': replace with a marker. Past either bound, the item and every
@@ -646,6 +658,9 @@ func (s *Session) Abort() {
 	s.closed = true
 	subs := s.subs
 	s.subs = map[string]*subscription{}
+	for _, su := range subs {
+		s.endedLocked(su)
+	}
 	tracked := s.tracked
 	s.tracked = nil
 	if s.expiry != nil {
@@ -830,6 +845,9 @@ func (s *Session) finish(b *delivery.Batch) {
 	s.closed = true
 	subs := s.subs
 	s.subs = map[string]*subscription{}
+	for _, su := range subs {
+		s.endedLocked(su)
+	}
 	tracked := s.tracked
 	s.tracked = nil
 	if s.expiry != nil {

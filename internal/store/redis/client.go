@@ -47,6 +47,8 @@ type Client struct {
 	pingEvery time.Duration  // read-only
 
 	health atomic.Pointer[health] // the last check's outcome: written by Dial, then by Run
+	checks atomic.Uint64          // checks Run made
+	failed atomic.Uint64          // checks that found a node not answering
 }
 
 // health is the outcome of one check of every node.
@@ -113,6 +115,10 @@ func (c *Client) Run(ctx context.Context) error {
 			return nil // a check cut short by the end of Run says nothing about Redis
 		}
 		c.health.Store(&health{err: err, at: time.Now()})
+		c.checks.Add(1)
+		if err != nil {
+			c.failed.Add(1)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -169,6 +175,10 @@ func (c *Client) Healthy() error {
 	}
 	return h.err
 }
+
+// Checks reports how many checks Run has made, and how many of them found a node that did not
+// answer, since Dial: counters, for metrics.
+func (c *Client) Checks() (made, failed uint64) { return c.checks.Load(), c.failed.Load() }
 
 // Close closes the client's connections.
 func (c *Client) Close() { c.rc.Close() }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -318,7 +319,7 @@ func (t *Transport) Dropped(node string) uint64 {
 // payload) and every Heartbeat for StreamTTL after the last Send (so a receiver that lost the
 // producer's last entries to a trim learns of it although nothing more is sent).
 func (t *Transport) send(ctx context.Context, d *dest) {
-	out := outage{log: t.log, what: "transport send", attrs: []any{slog.String("key", d.key)}}
+	out := outage{log: t.log, failures: &t.stats.failures, what: "transport send", attrs: []any{slog.String("key", d.key)}}
 	backoff := minBackoff
 	beat := false
 	for {
@@ -464,7 +465,7 @@ func (t *Transport) Run(ctx context.Context, r Receiver) error {
 // stream is found within Block.
 func (t *Transport) read(ctx context.Context, r Receiver) error {
 	key := t.streamKey(t.cfg.Node)
-	out := outage{log: t.log, what: "transport read", attrs: []any{slog.String("key", key)}}
+	out := outage{log: t.log, failures: &t.stats.failures, what: "transport read", attrs: []any{slog.String("key", key)}}
 	backoff := minBackoff
 	fail := func(err error) {
 		out.fail(err)
@@ -657,14 +658,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // and the success that ends it, at Info; the failures between go at Debug, since a goroutine
 // retries every few seconds for as long as Redis is away. Owned by that goroutine.
 type outage struct {
-	log   *slog.Logger
-	what  string
-	attrs []any
-	since time.Time // zero when there is no outage
-	fails int
+	log      *slog.Logger
+	failures *atomic.Uint64 // the transport's count of failed round trips
+	what     string
+	attrs    []any
+	since    time.Time // zero when there is no outage
+	fails    int
 }
 
 func (o *outage) fail(err error) {
+	o.failures.Add(1)
 	o.fails++
 	if o.since.IsZero() {
 		o.since = time.Now()

@@ -22,6 +22,7 @@ type TransportStats struct {
 	// Redis load, by the senders and the reader together.
 	Commands   uint64 // commands sent
 	RoundTrips uint64 // round trips (a batch of commands is one)
+	Failures   uint64 // round trips that failed (Redis did not answer, or refused): each is retried
 
 	// Gauges: what waits now.
 	Destinations int   // destinations sent to since NewTransport, each with its sender
@@ -61,7 +62,7 @@ type transportCounters struct {
 	ticks                                 atomic.Uint64
 	received, receivedBytes               atomic.Uint64
 	gapsLost, gapsRestart, gapsStreamGone atomic.Uint64
-	commands, roundTrips                  atomic.Uint64
+	commands, roundTrips, failures        atomic.Uint64
 }
 
 func (c *transportCounters) drop(reason DropReason, n uint64) {
@@ -104,6 +105,7 @@ func (t *Transport) Stats() TransportStats {
 		GapsStreamGone:   c.gapsStreamGone.Load(),
 		Commands:         c.commands.Load(),
 		RoundTrips:       c.roundTrips.Load(),
+		Failures:         c.failures.Load(),
 	}
 	ds := t.destList()
 	s.Destinations = len(ds)

@@ -178,11 +178,20 @@ func unreachable(node string) *wire.Error {
 }
 
 // forwardFailed counts and logs a command that could not be handed on, and answers the client
-// with we. err, the cause, goes to the log alone: it names addresses inside the cluster.
+// with we. err, the cause, goes to the log alone: it names addresses inside the cluster. The
+// log says it once per outcome (and node, once the registry has named it) per interval, with
+// how many it held back.
 func (h *Handler) forwardFailed(w http.ResponseWriter, node string, o ForwardOutcome, err error, we *wire.Error) {
 	h.forwards.counter(o).Add(1)
 	if err != nil {
-		h.log.Warn("sse command not handed on", slog.String("node", node), slog.String("outcome", string(o)), slog.Any("err", err))
+		// Keyed by the node only once the registry has vouched for it (unreachable): a
+		// client names the node it likes, and a key must not be the client's to multiply.
+		key := string(o)
+		if o == ForwardUnreachable {
+			key += "\x00" + node
+		}
+		h.forwardLog.Warn(key, "sse command not handed on", slog.String("node", node), slog.String("outcome", string(o)),
+			slog.String("code", string(we.Code)), slog.String("err", err.Error()))
 	}
 	heraldv1.WriteHTTPError(w, we)
 }

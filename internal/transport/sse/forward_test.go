@@ -1,9 +1,11 @@
 package sse
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -308,4 +310,66 @@ func TestForwardFails(t *testing.T) {
 		n := newNodeWith(t, Config{PingInterval: time.Minute, Node: "node-b"}, byToken{}, false, nil)
 		post(t, n.srv.URL, "node-a.AAAA", `{"type":"ping","id":"p"}`, "").is(t, http.StatusNotFound, wire.CodeNotFound)
 	})
+}
+
+// TestForwardFailuresLoggedOncePerCause: every command that could not be handed on is
+// counted, and logged at warn with its cause once per outcome (and node, once the registry
+// named one) per interval, however many clients post meanwhile, and whatever node ids they
+// name.
+func TestForwardFailuresLoggedOncePerCause(t *testing.T) {
+	ps := &peers{urls: map[string]string{}}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	n := newNodeWith(t, Config{PingInterval: time.Minute, Node: "node-b", Peers: ps, Session: session.Config{MaxFrameBytes: 1 << 10}, Logger: log}, byToken{}, false, nil)
+	down := httptest.NewServer(http.NotFoundHandler())
+	ps.set("node-d", down.URL)
+	down.Close()
+	for range 5 {
+		post(t, n.srv.URL, "node-d.AAAA", `{"type":"ping","id":"p"}`, "").is(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	}
+	ps.mu.Lock()
+	ps.err = errors.New("redis: connection refused")
+	ps.mu.Unlock()
+	for i := range 5 {
+		// A client names the node it likes: each a new one, which must not make a new line.
+		post(t, n.srv.URL, fmt.Sprintf("node-%d.AAAA", i), `{"type":"ping","id":"p"}`, "").is(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	}
+	if got := n.h.Forwards(); got[ForwardUnreachable] != 5 || got[ForwardLookupFailed] != 5 {
+		t.Errorf("forwards %v, want 5 unreachable and 5 lookup_failed", got)
+	}
+	lines := map[ForwardOutcome]int{}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(line, `msg="sse command not handed on"`) {
+			continue
+		}
+		if !strings.Contains(line, "level=WARN") || !strings.Contains(line, " err=") {
+			t.Errorf("line %q: want WARN with the cause", line)
+		}
+		for _, o := range ForwardOutcomes {
+			if strings.Contains(line, "outcome="+string(o)+" ") {
+				lines[o]++
+			}
+		}
+	}
+	if lines[ForwardUnreachable] != 1 || lines[ForwardLookupFailed] != 1 {
+		t.Errorf("lines by outcome %v, want one unreachable and one lookup_failed\n%s", lines, logs.String())
+	}
+}
+
+// syncBuffer is a log's destination written from many goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

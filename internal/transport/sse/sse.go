@@ -44,6 +44,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/heraldv1"
+	"github.com/heraldrt/herald/internal/ratelog"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
@@ -85,6 +86,9 @@ type Handler struct {
 
 	client   *http.Client // read-only: hands commands to other nodes
 	forwards forwardStats
+	// forwardLog logs a command that could not be handed on once per node and outcome per
+	// interval: a node that went away fails every command its clients post.
+	forwardLog *ratelog.Limiter
 
 	mu      sync.Mutex
 	streams map[string]*heraldv1.Conn // guarded by mu: live streams by session id
@@ -115,7 +119,8 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 		context.AfterFunc(base, client.CloseIdleConnections)
 	}
 	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger,
-		keepalives: heartbeat.New(cfg.PingInterval), client: client, streams: map[string]*heraldv1.Conn{}}
+		keepalives: heartbeat.New(cfg.PingInterval), client: client, streams: map[string]*heraldv1.Conn{},
+		forwardLog: ratelog.New(cfg.Logger, ratelog.Config{})}
 }
 
 func bearer(r *http.Request) string {
