@@ -1,7 +1,8 @@
 // Package interest owns the cross-node subscription index: which sockets, on which nodes, hold
 // a subscription under which index token of an owner, so that an item is sent only to the nodes
 // that want it. It declares the Store its fan-out needs; store/memory and store/redis implement
-// it, and store/storetest is the conformance suite both pass. Not wired into the server yet.
+// it, and store/storetest is the conformance suite both pass. internal/cluster files and reads it
+// when nodes share a Redis (the Redis store); a node alone needs none.
 //
 // # Model
 //

@@ -8,6 +8,7 @@
 // History implements history.Store: for tests of the table history nodes share, which the
 // server keeps on Redis (one node alone keeps its history in the router).
 //
-// Interest implements interest.Store. It is not wired into the server yet: one node's
-// subscriptions live in the router's and the channel hub's own indexes.
+// Interest implements interest.Store, for the conformance suite and the cluster node's tests:
+// a node alone needs no interest index (its subscriptions live in the router's and the channel
+// hub's own indexes), and nodes that share one use the Redis store.
 package memory
