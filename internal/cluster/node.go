@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"github.com/heraldrt/herald/internal/ratelog"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -89,6 +90,9 @@ type Config struct {
 type Node struct {
 	cfg Config
 	log *slog.Logger
+	// warn logs the failures that repeat once per item while Redis does not answer, each
+	// site at most once per interval with the count held back.
+	warn *ratelog.Limiter
 
 	mu   sync.Mutex
 	held map[string]*owned // guarded by mu: the rows this node filed, by owner
@@ -170,7 +174,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Node{
-		cfg: cfg, log: cfg.Logger,
+		cfg: cfg, log: cfg.Logger, warn: ratelog.New(cfg.Logger, ratelog.Config{}),
 		held:     map[string]*owned{},
 		renewNow: make(chan struct{}, 1),
 		out:      newQueue[outItem](cfg.QueueItems, cfg.QueueBytes),
@@ -225,7 +229,7 @@ func (n *Node) unwatch(owner, sub string) {
 	defer cancel()
 	if _, err := n.cfg.Interest.Remove(ctx, owner, n.cfg.Node, sub); err != nil {
 		// The row stays until this node stops renewing it; items it draws are dropped here.
-		n.log.Warn("cluster: remove a subscription's interest", slog.String("owner", owner), slog.Any("err", err))
+		n.warn.Warn("unwatch", "cluster: remove a subscription's interest", slog.String("owner", owner), slog.Any("err", err))
 	}
 }
 
@@ -376,7 +380,7 @@ func (n *Node) routeItem(ctx context.Context, it outItem, probes map[string]*pro
 			// A lost publication is a hole the receivers report; a lost presence event, a
 			// stale roster until the member's next change.
 			n.stats.dropped[kind].Add(1)
-			n.log.Warn("cluster: route an item", slog.String("owner", ot.owner), slog.Any("err", err))
+			n.warn.Warn("route", "cluster: route an item", slog.String("owner", ot.owner), slog.Any("err", err))
 			return
 		}
 		for _, node := range nodes {
@@ -510,7 +514,7 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 		n.stats.received[KindChannel].Add(1)
 		if err := n.cfg.Hub.Deliver(m); err != nil {
 			n.stats.dropped[KindChannel].Add(1)
-			n.log.Warn("cluster: hand on a publication", slog.String("channel", m.Channel), slog.Any("err", err))
+			n.warn.Warn("deliver", "cluster: hand on a publication", slog.String("channel", m.Channel), slog.Any("err", err))
 		}
 	case kindTxn:
 		txn, err := decodeTxn(in.data[1:])

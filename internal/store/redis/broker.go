@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/heraldrt/herald/internal/ratelog"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -55,6 +56,7 @@ type Broker struct {
 	idleTTL   time.Duration
 	newEpoch  func() string
 	log       *slog.Logger
+	warn      *ratelog.Limiter      // a Forget that fails repeats per channel while Redis is down
 	history   channel.HistoryConfig // defaults applied; Size < 0: none
 
 	next, head, append_, since, forget *rueidis.Lua
@@ -89,7 +91,7 @@ func NewBroker(c *Client, cfg BrokerConfig) (*Broker, error) {
 	// Redis counts a TTL in milliseconds, and PEXPIRE 0 deletes at once.
 	hist.TTL = max(hist.TTL, time.Millisecond)
 	return &Broker{
-		c: c, node: cfg.Node, maxOffset: cfg.MaxOffset, idleTTL: cfg.IdleTTL, newEpoch: cfg.NewEpoch, log: cfg.Logger,
+		c: c, node: cfg.Node, maxOffset: cfg.MaxOffset, idleTTL: cfg.IdleTTL, newEpoch: cfg.NewEpoch, log: cfg.Logger, warn: ratelog.New(cfg.Logger, ratelog.Config{}),
 		history: hist,
 		next:    rueidis.NewLuaScript(brokerPrelude + nextScript),
 		head:    rueidis.NewLuaScript(brokerPrelude + headScript),
@@ -333,6 +335,6 @@ func (b *Broker) Forget(ch string) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.c.timeout)
 	defer cancel()
 	if err := b.forget.Exec(ctx, b.c.rc, b.keys(ch), []string{b.node}).Error(); err != nil {
-		b.log.Warn("channel forget", slog.String("channel", ch), slog.Any("err", err))
+		b.warn.Warn("forget", "channel forget", slog.String("channel", ch), slog.Any("err", err))
 	}
 }
