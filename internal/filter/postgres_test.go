@@ -59,28 +59,7 @@ func TestAgainstPostgres(t *testing.T) {
 	}
 
 	rng := rand.New(rand.NewPCG(7, 8))
-	names := []string{"id", "org_id", "qty", "price", "ratio", "name", "code", "flag", "at", "local", "day", "uid", "status", "doc", "tags", "small"}
-	const nrows = 400
-	var insert strings.Builder
-	insert.WriteString(`INSERT INTO t VALUES `)
-	for k := range nrows {
-		if k > 0 {
-			insert.WriteString(",")
-		}
-		fmt.Fprintf(&insert, "(%d", k)
-		for _, n := range names {
-			vals := pgValues[n]
-			if i := rng.IntN(len(vals) + 1); i == len(vals) {
-				insert.WriteString(",NULL")
-			} else {
-				insert.WriteString("," + vals[i])
-			}
-		}
-		insert.WriteString(")")
-	}
-	if _, err := conn.Exec(ctx, insert.String()); err != nil {
-		t.Fatalf("insert: %v", err)
-	}
+	insertRandomRows(t, ctx, conn, rng, 400, pgValues)
 	rows := readRows(t, ctx, conn)
 
 	var matched, decidedPartial, total int
@@ -254,3 +233,32 @@ func sqlLiteral(t Type, key string) string {
 }
 
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// tableColumns are the columns of the test table t after its key, in order.
+var tableColumns = []string{"id", "org_id", "qty", "price", "ratio", "name", "code", "flag", "at", "local", "day", "uid", "status", "doc", "tags", "small"}
+
+// insertRandomRows inserts n rows into t, keys 0 to n-1, each column a random one of values'
+// literals for it, or NULL.
+func insertRandomRows(t *testing.T, ctx context.Context, conn *pgx.Conn, rng *rand.Rand, n int, values map[string][]string) {
+	t.Helper()
+	var insert strings.Builder
+	insert.WriteString(`INSERT INTO t VALUES `)
+	for k := range n {
+		if k > 0 {
+			insert.WriteString(",")
+		}
+		fmt.Fprintf(&insert, "(%d", k)
+		for _, c := range tableColumns {
+			vals := values[c]
+			if i := rng.IntN(len(vals) + 1); i == len(vals) {
+				insert.WriteString(",NULL")
+			} else {
+				insert.WriteString("," + vals[i])
+			}
+		}
+		insert.WriteString(")")
+	}
+	if _, err := conn.Exec(ctx, insert.String()); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+}

@@ -67,27 +67,7 @@ func TestSQLAgainstPostgres(t *testing.T) {
 			}
 			values := sqlValues()
 			rng := rand.New(rand.NewPCG(11, 12))
-			names := []string{"id", "org_id", "qty", "price", "ratio", "name", "code", "flag", "at", "local", "day", "uid", "status", "doc", "tags", "small"}
-			var insert strings.Builder
-			insert.WriteString(`INSERT INTO t VALUES `)
-			for k := range 500 {
-				if k > 0 {
-					insert.WriteString(",")
-				}
-				fmt.Fprintf(&insert, "(%d", k)
-				for _, n := range names {
-					vals := values[n]
-					if i := rng.IntN(len(vals) + 1); i == len(vals) {
-						insert.WriteString(",NULL")
-					} else {
-						insert.WriteString("," + vals[i])
-					}
-				}
-				insert.WriteString(")")
-			}
-			if _, err := conn.Exec(ctx, insert.String()); err != nil {
-				t.Fatalf("insert: %v", err)
-			}
+			insertRandomRows(t, ctx, conn, rng, 500, values)
 			if _, err := conn.Exec(ctx, `ANALYZE t`); err != nil {
 				t.Fatal(err)
 			}
