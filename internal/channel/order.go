@@ -110,9 +110,12 @@ func (h *Hub) sequenceLocked(st *state, q *queue, it *stream.Item, cost int) {
 		return
 	case m.Pos.Epoch != sq.epoch:
 		// The stream restarted (the broker lost it): what was published in the old epoch after
-		// what this node handed on is gone, and positions start again.
-		h.resetLocked(st, q, m.Pos.Epoch, off-1)
-		sq.next = off
+		// what this node handed on is gone, and positions start again at 1. The new epoch's
+		// first offsets may still be on their way from other nodes: they are ordered like any
+		// others, and a hole is reported only once the order wait has passed without it.
+		h.resetLocked(st, q, m.Pos.Epoch)
+	}
+	switch {
 	case off < sq.next:
 		q.unreserve(cost)
 		h.late.Add(1)
@@ -142,16 +145,16 @@ func (h *Hub) sequenceLocked(st *state, q *queue, it *stream.Item, cost int) {
 }
 
 // resetLocked moves the channel to a new epoch: what was held in the old one is handed on,
-// and the channel's subscribers are told that the old epoch from what this node handed on, to
-// last in the new one, is lost (stream_reset).
-func (h *Hub) resetLocked(st *state, q *queue, epoch string, last uint64) {
+// the channel's subscribers are told that the old epoch from what this node handed on is lost
+// (stream_reset, up to the new epoch's start), and the channel expects the new epoch's offset 1.
+func (h *Hub) resetLocked(st *state, q *queue, epoch string) {
 	sq := &st.seq
 	h.flushHeldLocked(st, q, true)
-	h.gapLocked(st, q, stream.Gap{First: stream.ChannelPosition(sq.epoch, sq.next), Last: stream.ChannelPosition(epoch, last),
+	h.gapLocked(st, q, stream.Gap{First: stream.ChannelPosition(sq.epoch, sq.next), Last: stream.ChannelPosition(epoch, 0),
 		Reason: stream.ReasonStreamReset})
 	copy(sq.retired[1:], sq.retired[:len(sq.retired)-1])
 	sq.retired[0] = sq.epoch
-	sq.epoch, sq.next, sq.want = epoch, last+1, 0
+	sq.epoch, sq.next, sq.want = epoch, 1, 0
 }
 
 // Verify asks the broker for the head of every channel this node hands on, and makes sure
@@ -172,9 +175,13 @@ func (h *Hub) Verify() {
 		sq := &st.seq
 		if sq.next != 0 {
 			if head, err := h.broker.Head(name); err == nil {
+				if head.Epoch != sq.epoch && !sq.isRetired(head.Epoch) {
+					// Redis lost the stream: offsets of the new epoch up to its head are
+					// expected like any others, and reported lost once the wait passes.
+					h.resetLocked(st, h.shard(name), head.Epoch)
+				}
 				switch {
 				case head.Epoch != sq.epoch:
-					h.resetLocked(st, h.shard(name), head.Epoch, head.Offset)
 				case head.Offset >= sq.next:
 					sq.want = max(sq.want, head.Offset)
 					if sq.timer == nil {

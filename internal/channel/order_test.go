@@ -258,3 +258,16 @@ func TestOrderEpochChangeIsAReset(t *testing.T) {
 	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e2", 2), Channel: "room/1", Data: []byte(`3`)})
 	waitFor(t, b, rec, []string{"e2:2"})
 }
+
+// TestOrderNewEpochArrivesOutOfOrder: the new epoch's first offsets, taken on several nodes,
+// may arrive in any order; none of them is taken for lost while it is on its way.
+func TestOrderNewEpochArrivesOutOfOrder(t *testing.T) {
+	_, b, _, _ := twoNodes(t, time.Hour)
+	rec := &anyRecorder{}
+	subscribe(t, b, rec, "s", "room/1", "")
+	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e1", 1), Channel: "room/1", Data: []byte(`1`)})
+	waitFor(t, b, rec, []string{"e1:1"})
+	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e9", 2), Channel: "room/1", Data: []byte(`b`)})
+	deliver(t, b, &stream.Message{Pos: stream.ChannelPosition("e9", 1), Channel: "room/1", Data: []byte(`a`)})
+	waitFor(t, b, rec, []string{"gap e1:2..e9:0 lost 0 stream_reset", "e9:1", "e9:2"})
+}

@@ -102,6 +102,10 @@ type Node struct {
 	in  *queue[inbound] // payloads received
 
 	renewNow chan struct{} // one token: renew at once (the bus reported a loss: Redis may have lost the rows too)
+	// unsure is set when Redis may have lost this node's rows (an outage, a lost stream) and
+	// cleared by the first renewal after it that checked every owner without an error: until
+	// then the node is not ready (Renewing).
+	unsure atomic.Bool
 
 	cache  map[string]*ownerCache // owned by the publication router goroutine
 	tcache map[string]*ownerCache // owned by Replicate's caller, the changefeed's sink goroutine
@@ -273,11 +277,25 @@ func (n *Node) Receive(from string, data []byte) {
 // node's rows checked at once: a Redis that lost a stream may have lost them too.
 func (n *Node) Gap(from string, reason GapReason) {
 	n.in.force(inbound{from: from, gap: reason})
+	n.RenewNow()
+}
+
+// RenewNow has this node's rows checked, and filed again where Redis lost them, at once, and
+// retried until a check finds Redis answering: for an outage the caller saw (Redis did not
+// answer a probe), as for a loss the transport reported. Until that check the node is
+// Renewing.
+func (n *Node) RenewNow() {
+	n.unsure.Store(true)
 	select {
 	case n.renewNow <- struct{}{}:
 	default:
 	}
 }
+
+// Renewing reports whether Redis may have lost rows of this node that it has not checked and
+// filed again yet: a node that says so is not ready, since what is routed meanwhile does not
+// reach it.
+func (n *Node) Renewing() bool { return n.unsure.Load() }
 
 func kindOf(data []byte) int {
 	switch {
@@ -557,18 +575,35 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 func (n *Node) renewLoop(ctx context.Context) {
 	t := time.NewTicker(n.cfg.RowTTL / 4)
 	defer t.Stop()
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-n.renewNow:
+		case <-retry:
 		}
-		n.renew(ctx)
+		retry = nil
+		unsure := n.unsure.Load()
+		if n.renew(ctx) && unsure {
+			n.unsure.Store(false)
+		}
+		if n.unsure.Load() {
+			// Redis did not answer every check: again soon, not a quarter TTL from now.
+			retry = time.After(renewRetry)
+		}
 	}
 }
 
-func (n *Node) renew(ctx context.Context) {
+// renewRetry is how soon a renewal that met an error is tried again while the node is unsure
+// of its rows.
+const renewRetry = 500 * time.Millisecond
+
+// renew checks every owner's rows, files again what the store lost, and reports whether every
+// check got an answer.
+func (n *Node) renew(ctx context.Context) (ok bool) {
+	ok = true
 	n.mu.Lock()
 	owners := make(map[string][]interest.Row, len(n.held))
 	for o, h := range n.held {
@@ -623,10 +658,14 @@ func (n *Node) renew(ctx context.Context) {
 			}
 		}
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			n.log.Warn("cluster: renew this node's subscriptions", slog.String("owner", o), slog.Any("err", err))
+		if err != nil {
+			ok = false
+			if ctx.Err() == nil {
+				n.warn.Warn("renew", "cluster: renew this node's subscriptions", slog.String("owner", o), slog.Any("err", err))
+			}
 		}
 	}
+	return ok
 }
 
 // holds reports whether this node still holds subscription sub under owner.

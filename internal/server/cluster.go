@@ -77,7 +77,7 @@ func newPeers(cfg ClusterConfig, tables history.Config, channels channel.History
 	if p.interest, err = redisstore.NewInterest(c, interest.Config{}); err != nil {
 		return fail(err)
 	}
-	if p.transport, err = redisstore.NewTransport(c, redisstore.TransportConfig{Node: id, Logger: log}); err != nil {
+	if p.transport, err = redisstore.NewTransport(c, redisstore.TransportConfig{Node: id, Logger: log, Block: transportBlock}); err != nil {
 		return fail(err)
 	}
 	p.presence = redisstore.NewPresence(c)
@@ -145,8 +145,13 @@ func (p *peers) run(ctx context.Context, streaming func() bool) {
 // probe checks Redis every beaconTTL/3: it renews the replicator's beacon while this node's
 // stream is live, and reads it otherwise, for /readyz.
 func (p *peers) probe(ctx context.Context, streaming func() bool) {
-	t := time.NewTicker(beaconTTL / 3)
-	defer t.Stop()
+	beat := time.NewTicker(beaconTTL / 3)
+	defer beat.Stop()
+	// The client's health (its own pings, read without I/O) is looked at more often: an
+	// outage means Redis may have lost this node's interest, which it files again, and
+	// reports not ready until it has (cluster.Node.Renewing).
+	watch := time.NewTicker(healthWatch)
+	defer watch.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, beaconTTL/3)
 		var err error
@@ -157,16 +162,34 @@ func (p *peers) probe(ctx context.Context, streaming func() bool) {
 			_, leader, err = p.beacon.Read(cctx)
 		}
 		cancel()
+		if err != nil {
+			p.node.RenewNow()
+		}
 		p.mu.Lock()
 		p.healthErr, p.leader = err, leader && err == nil
 		p.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-beat.C:
+				break wait
+			case <-watch.C:
+				if p.client.Healthy() != nil {
+					p.node.RenewNow()
+				}
+			}
 		}
 	}
 }
+
+// transportBlock is how long the transport's reader waits for entries before it looks at its
+// stream again: a stream Redis lost is made again within it, and only then is the node ready.
+const transportBlock = 500 * time.Millisecond
+
+// healthWatch is how often the Redis client's health is looked at for an outage.
+const healthWatch = 250 * time.Millisecond
 
 // notReady says why this node cannot serve as one of many, or nil.
 func (p *peers) notReady(tables bool) error {
@@ -178,6 +201,10 @@ func (p *peers) notReady(tables bool) error {
 	switch {
 	case p.healthErr != nil:
 		return fmt.Errorf("redis unreachable: %v", p.healthErr)
+	case p.node.Renewing():
+		return fmt.Errorf("filing this node's subscriptions in Redis again after an outage")
+	case !p.transport.Live():
+		return fmt.Errorf("this node's stream in Redis, which other nodes send to, is not there yet")
 	case tables && !p.leader:
 		return fmt.Errorf("no node replicates the database yet (no live replicator's beacon in Redis)")
 	}

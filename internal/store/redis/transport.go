@@ -128,6 +128,9 @@ type Transport struct {
 	lastID  string                  // the last entry read, or the marker reading starts after
 	seen    map[string]producerSeen // each producer's last entry read
 	renewed time.Time               // when the stream's TTL was last renewed
+	// live is whether the reader last found its stream there (or made it again) with no
+	// failure since: while it is false, what other nodes send this one may be dropped.
+	live atomic.Bool
 }
 
 type producerSeen struct {
@@ -468,6 +471,7 @@ func (t *Transport) read(ctx context.Context, r Receiver) error {
 	out := outage{log: t.log, failures: &t.stats.failures, what: "transport read", attrs: []any{slog.String("key", key)}}
 	backoff := minBackoff
 	fail := func(err error) {
+		t.live.Store(false)
 		out.fail(err)
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, maxBackoff)
@@ -492,6 +496,7 @@ func (t *Transport) read(ctx context.Context, r Receiver) error {
 			check = true // nothing within Block: is the stream still there?
 			continue
 		}
+		t.live.Store(true)
 		if err != nil {
 			check = true
 			if ctx.Err() == nil {
@@ -539,6 +544,7 @@ func (t *Transport) renew(ctx context.Context, r Receiver, key string) error {
 	}
 	if alive && t.lastID != "" {
 		t.renewed = time.Now()
+		t.live.Store(true)
 		return nil
 	}
 	if alive {
@@ -565,8 +571,14 @@ func (t *Transport) renew(ctx context.Context, r Receiver, key string) error {
 		return fmt.Errorf("create: pexpire: %w", err) // the caller renews again before reading
 	}
 	t.renewed = time.Now()
+	t.live.Store(true)
 	return nil
 }
+
+// Live reports whether this node's stream was last found there, or made again, with no read
+// failing since: while it is not, what other nodes send here may be dropped (and reported as
+// gaps), so a node is not ready. False until Run's first check.
+func (t *Transport) Live() bool { return t.live.Load() }
 
 // trimmed reports whether entry id is gone from the stream. MAXLEN trims a stream from its
 // head, so if id is still there, no entry after it was trimmed before the read that followed
