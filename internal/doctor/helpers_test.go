@@ -17,9 +17,12 @@ import (
 
 func TestMain(m *testing.M) {
 	// A Redis Cluster client's topology refresh, scheduled by a command (a delay, then the
-	// refresh), may still be pending when Close returns; it ends on its own, holding nothing of
-	// the test's.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
+	// refresh, which may wait again before it retries), may still be pending when Close
+	// returns; it ends on its own, holding nothing of the test's.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh"),
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
 }
 
 // open is the start of a config that passes every config check: anonymous clients, loopback,
