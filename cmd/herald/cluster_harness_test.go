@@ -22,7 +22,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,7 +105,7 @@ func startCluster(t *testing.T, cfg clusterConfig) *cluster {
 		apiKey: "key-" + randHex(16),
 		hc:     &http.Client{Timeout: 5 * time.Second},
 	}
-	c.policy = clusterPolicyFile(t, cfg.Tables...)
+	c.policy = openPolicyFile(t, cfg.Tables...)
 	if cfg.Database != "" {
 		// The slot is named after the test's own database, unique among tests running at once.
 		c.slot = testenv.SlotName(t, cfg.Database)
@@ -529,25 +528,6 @@ next:
 		found = true
 	}
 	return total, found
-}
-
-// clusterPolicyFile writes a config file whose policy opens the tables, and every channel with
-// its presence, to every identity, and returns its path. Rules live in the file only.
-func clusterPolicyFile(t *testing.T, tables ...string) string {
-	t.Helper()
-	var b strings.Builder
-	b.WriteString("policy:\n  channels:\n    \"**\": {subscribe: \"true\", publish: \"true\", presence: \"true\"}\n")
-	if len(tables) > 0 {
-		b.WriteString("  tables:\n")
-		for _, tb := range tables {
-			fmt.Fprintf(&b, "    %s: {row: \"true\"}\n", tb)
-		}
-	}
-	path := filepath.Join(t.TempDir(), "herald.yaml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // waitFor polls cond until it holds, for at most within; on timeout the test fails with what

@@ -10,10 +10,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/heraldrt/herald/internal/testenv"
 	"io"
 	"net"
 	neturl "net/url"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -279,19 +279,13 @@ type redisServer struct {
 	log  *lockedBuffer
 	cmd  *exec.Cmd
 	done chan error
+	bin  string // redis-server's path
 }
 
 // startRedisServer starts one; it is killed when the test ends.
 func startRedisServer(t *testing.T) *redisServer {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		msg := "redis-server is not on PATH: this test runs a Redis of its own to restart it; install Redis 7 (apt-get install redis-server)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	r := &redisServer{port: freePort(t), dir: t.TempDir(), log: &lockedBuffer{b: &bytes.Buffer{}}}
+	r := &redisServer{bin: testenv.RedisServer(t), port: freePort(t), dir: t.TempDir(), log: &lockedBuffer{b: &bytes.Buffer{}}}
 	t.Cleanup(func() {
 		r.stop()
 		if t.Failed() {
@@ -307,7 +301,7 @@ func (r *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0"
 // start runs redis-server and waits until it answers PING.
 func (r *redisServer) start(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", r.dir, "--maxmemory-policy", "noeviction")
 	cmd.Stdout, cmd.Stderr = r.log, r.log
 	if err := cmd.Start(); err != nil {

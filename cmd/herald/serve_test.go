@@ -121,12 +121,12 @@ func healthy(t *testing.T, admin string) {
 	}
 }
 
-// openPolicyFile writes a config file whose policy opens tables, and every channel, to
-// everyone, written out as a node without rules is closed; it returns its path.
+// openPolicyFile writes a config file whose policy opens tables, and every channel with its
+// presence, to everyone, written out as a node without rules is closed; it returns its path.
 func openPolicyFile(t *testing.T, tables ...string) string {
 	t.Helper()
 	var b strings.Builder
-	b.WriteString("policy:\n  channels:\n    \"**\": {subscribe: \"true\", publish: \"true\"}\n")
+	b.WriteString("policy:\n  channels:\n    \"**\": {subscribe: \"true\", publish: \"true\", presence: \"true\"}\n")
 	if len(tables) > 0 {
 		b.WriteString("  tables:\n")
 		for _, tb := range tables {
