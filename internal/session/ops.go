@@ -152,8 +152,16 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	// gap or replay if any, then what arrived while they were being prepared. The producer
 	// delivers after what it replays, so the two meet exactly.
 	s.sendAt(su.key, pos.String(), s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key))
+	var first *stream.Item
 	if gap := resumeGap(r, head); gap != nil {
-		s.push(su.key, su.head, stream.NewGap(gap), nil)
+		first = stream.NewGap(gap)
+		s.push(su.key, su.head, first, nil)
+	}
+	if first == nil && len(replay) > 0 {
+		first = replay[0]
+	}
+	if !r.From.IsZero() {
+		s.cfg.Counts.resumed(su.table, first)
 	}
 	for _, it := range replay {
 		s.push(su.key, su.head, it, nil)
