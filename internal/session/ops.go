@@ -151,7 +151,11 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	// Under mu, so nothing of this subscription is queued before these: the reply, the resume
 	// gap or replay if any, then what arrived while they were being prepared. The producer
 	// delivers after what it replays, so the two meet exactly.
-	s.sendAt(su.key, pos.String(), s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key))
+	posText := pos.String()
+	if posText == "" {
+		posText = stream.NoPositionText // a pattern: it has none, but is live from here
+	}
+	s.sendAt(su.key, posText, s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key))
 	var first *stream.Item
 	if gap := resumeGap(r, head); gap != nil {
 		first = stream.NewGap(gap)
@@ -207,7 +211,7 @@ func (s *Session) watchPresence(ctx context.Context, su *subscription, channel s
 		if !ok {
 			fe = &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; subscribe again later"}
 		}
-		s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
+		s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
 	}
 	s.mu.Unlock()
 	if ended {
@@ -455,7 +459,7 @@ func (s *Session) recheck(id auth.Identity) {
 		delete(s.subs, su.sub)
 		s.endedLocked(su)
 		// Under mu, as a reply is: nothing of the subscription is queued after it.
-		s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
+		s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
 		s.mu.Unlock()
 		su.unsubscribe()
 		s.lanes.Forget(su.key)
