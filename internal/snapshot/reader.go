@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -569,25 +570,25 @@ func (rd *read) rowBytes(row change.Row) int64 {
 // checkSchema compares the request's columns with the table's, as the snapshot's catalog
 // holds them (which, the table locked before the snapshot, are the columns the rows are read
 // with): each requested column must be there, in the same order, with the type the request
-// converts it by (or a domain over it).
+// converts it by, or a domain over it. A column of the table the request leaves out is let be
+// (see Request.Columns); one added since the request was made is the stream's to report, in
+// the Relation message before the table's next change.
 func (rd *read) checkSchema(ctx context.Context, tx pgx.Tx) error {
 	rows, err := tx.Query(ctx, schemaSQL, pgx.QueryExecModeExec, rd.schema, rd.name)
 	if err != nil {
 		return fmt.Errorf("read the table's columns: %w", err)
 	}
 	type attr struct {
-		name      string
-		typ, base uint32
+		name  string
+		types []int64 // its type, then each type under it when it is a domain
 	}
 	var attrs []attr
 	for rows.Next() {
 		var a attr
-		var typ, base int64
-		if err := rows.Scan(&a.name, &typ, &base); err != nil {
+		if err := rows.Scan(&a.name, &a.types); err != nil {
 			rows.Close()
 			return fmt.Errorf("read the table's columns: %w", err)
 		}
-		a.typ, a.base = uint32(typ), uint32(base)
 		attrs = append(attrs, a)
 	}
 	rows.Close()
@@ -611,8 +612,8 @@ func (rd *read) checkSchema(ctx context.Context, tx pgx.Tx) error {
 			}
 			return rd.fail(handoff.ReasonSchemaChanged, fmt.Sprintf("the table has no column %s now", strconv.Quote(c.Name)), nil)
 		}
-		if a := attrs[k]; c.OID != a.typ && c.OID != a.base {
-			return rd.fail(handoff.ReasonSchemaChanged, fmt.Sprintf("column %s is now of type oid %d, not %d", strconv.Quote(c.Name), a.typ, c.OID), nil)
+		if a := attrs[k]; !slices.Contains(a.types, int64(c.OID)) {
+			return rd.fail(handoff.ReasonSchemaChanged, fmt.Sprintf("column %s is now of type oid %d, not %d", strconv.Quote(c.Name), a.types[0], c.OID), nil)
 		}
 		j = k + 1
 	}

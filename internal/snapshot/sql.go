@@ -75,22 +75,23 @@ func setupSQL(schema, name string, timeoutMS int64, major int) string {
 }
 
 // schemaSQL reads the table's columns as the snapshot's catalog holds them: each live column
-// in attnum order, its type, and the built-in type under that type when it is a domain (a
-// domain over a domain resolved to the bottom), which is how the changefeed types a domain's
-// values. $1 is the schema, $2 the table.
+// in attnum order, with its type and, for a domain, every type under it down to the built-in
+// one: the changefeed and the catalog readers type a domain's values by one or another of
+// them. $1 is the schema, $2 the table.
 const schemaSQL = `WITH RECURSIVE cols AS (
   SELECT a.attnum, a.attname::text AS name, a.atttypid AS typ
     FROM pg_catalog.pg_attribute a
     JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
    WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
-), base(attnum, typ) AS (
-  SELECT attnum, typ FROM cols
+), chain(attnum, typ, depth) AS (
+  SELECT attnum, typ, 0 FROM cols
   UNION ALL
-  SELECT b.attnum, t.typbasetype FROM base b JOIN pg_catalog.pg_type t ON t.oid = b.typ WHERE t.typbasetype <> 0
+  SELECT ch.attnum, t.typbasetype, ch.depth + 1
+    FROM chain ch JOIN pg_catalog.pg_type t ON t.oid = ch.typ
+   WHERE t.typbasetype <> 0 AND ch.depth < 32
 )
-SELECT c.name, c.typ::int8, (SELECT b.typ FROM base b JOIN pg_catalog.pg_type t ON t.oid = b.typ
-                            WHERE b.attnum = c.attnum AND t.typbasetype = 0)::int8
+SELECT c.name, ARRAY(SELECT ch.typ::int8 FROM chain ch WHERE ch.attnum = c.attnum ORDER BY ch.depth)
   FROM cols c ORDER BY c.attnum`
 
 // declareSQL is the cursor over the rows: the request's columns, raw (the values' text is
