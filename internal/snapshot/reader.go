@@ -286,8 +286,14 @@ func (r *Reader) Read(ctx context.Context, req Request, sink Sink) (Progress, er
 			rd.sent = p
 		}
 	}
+	var se sinkError
+	fromSink := errors.As(err, &se)
 	err = rd.explain(ctx, err)
-	r.finish(outcomeOf(err), rd.scanned, rd.sent)
+	o := outcomeOf(err)
+	if fromSink {
+		o = OutcomeSink
+	}
+	r.finish(o, rd.scanned, rd.sent)
 	return rd.sent, err
 }
 
@@ -340,14 +346,12 @@ func (r *Reader) finish(o Outcome, scanned int, p Progress) {
 	r.mu.Unlock()
 }
 
-// outcomeOf names how a read that returned err ended.
+// outcomeOf names how a read that returned err ended; an error from the Sink is told apart
+// before it is returned as it is.
 func outcomeOf(err error) Outcome {
-	var se sinkError
 	switch {
 	case err == nil:
 		return OutcomeOK
-	case errors.As(err, &se):
-		return OutcomeSink
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return OutcomeCanceled
 	}
