@@ -420,9 +420,8 @@ func (rd *read) run(parent context.Context) (last []change.Row, err error) {
 		}
 	}()
 
-	// Leave the server a little less than the read's own deadline, so that its refusal
-	// (statement_timeout and the others), not the client's cancellation, usually ends a read
-	// that runs out of time: it ends the transaction at once, on the server's side.
+	// The server gets what is left of the read's deadline, so that it ends the transaction by
+	// itself when the read runs out of time, even with Herald waiting on the Sink.
 	ms := cfg.Timeout.Milliseconds()
 	if d, ok := ctx.Deadline(); ok {
 		ms = time.Until(d).Milliseconds()

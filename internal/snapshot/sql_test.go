@@ -2,6 +2,8 @@ package snapshot
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -219,5 +221,29 @@ func TestOutcomes(t *testing.T) {
 		if o := outcomeOf(err); !seen[o] {
 			t.Errorf("outcomeOf(%v) = %s, not in Outcomes", err, o)
 		}
+	}
+}
+
+// TestDocDefaults keeps the defaults the package comment lists in step with the code.
+func TestDocDefaults(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		fmt.Sprintf("MaxConcurrent  %d ", DefaultMaxConcurrent),
+		fmt.Sprintf("QueueWait      %s ", DefaultQueueWait),
+		fmt.Sprintf("Timeout        %ds ", int(DefaultTimeout.Seconds())),
+		"MaxRows        100,000 ",
+		fmt.Sprintf("MaxBytes       %d MiB ", DefaultMaxBytes>>20),
+		fmt.Sprintf("PageRows       %d ", DefaultPageRows),
+		fmt.Sprintf("PageBytes      %d KiB ", DefaultPageBytes>>10),
+	} {
+		if !strings.Contains(string(doc), "//\t"+line) {
+			t.Errorf("doc.go does not list the default %q", strings.TrimSpace(line))
+		}
+	}
+	if DefaultMaxRows != 100_000 {
+		t.Errorf("DefaultMaxRows is %d; doc.go says 100,000", DefaultMaxRows)
 	}
 }
