@@ -591,6 +591,7 @@ func (s *Server) Run(ctx context.Context) error {
 	mux.Handle("GET /v1/ws", ws)
 	mux.HandleFunc("GET /v1/sse", events.Stream)
 	mux.HandleFunc("POST /v1/sse/{session}", events.Command)
+	mux.HandleFunc("POST /v1/sse/{session}/kept", events.Kept)
 	mux.HandleFunc("POST /v1/publish", s.publish)
 	s.adminRoutes(mux)
 

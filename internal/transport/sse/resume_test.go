@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -16,7 +17,7 @@ func TestKept(t *testing.T) {
 	defs := []*wire.Subscribe{{Sub: "a", Channel: "a"}}
 
 	k.keep("s1", "u", defs)
-	if k.take("s1", "mallory") != nil {
+	if k.take("s1", "mallory") != nil || k.take("s1", ownerOf(auth.Identity{Anonymous: true})) != nil {
 		t.Fatal("another identity took the stream")
 	}
 	if ks := k.take("s1", "u"); ks == nil || ks.def("a") == nil || ks.def("b") != nil {

@@ -224,9 +224,9 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	// written, and this goroutine returns: with it go the request and net/http's buffers and
 	// state for the connection, which an idle stream would otherwise hold for its whole life.
 	if last != nil && last.Session != "" {
-		h.resume(r.Context(), c, last, ident.Subject, ids.urlSub)
+		h.resume(r.Context(), c, last, ownerOf(ident), bearer(r), ids.urlSub)
 	}
-	keep := func() { h.kept.keep(s.ID(), ident.Subject, c.Definitions()) }
+	keep := func() { h.kept.keep(s.ID(), ownerOf(ident), c.Definitions()) }
 	if ht := h.hijack(w, r, ids); ht != nil {
 		lt.Carrier = ht // before the writer starts: nothing has been written yet
 		untrack := h.registry.Track(s)
