@@ -266,6 +266,8 @@ const (
 	ResyncTransactionTooLarge = stream.ReasonTransactionTooLarge
 	ResyncUpstreamGap         = stream.ReasonUpstreamGap
 	ResyncIncompleteImage     = stream.ReasonIncompleteImage
+	ResyncQueueFull           = stream.ReasonQueueFull
+	ResyncParked              = stream.ReasonParked
 )
 
 // ResyncReasons returns every ResyncReason, in the order docs/PROTOCOL.md lists them.
@@ -273,5 +275,6 @@ func ResyncReasons() []ResyncReason {
 	return []ResyncReason{
 		ResyncLaneFull, ResyncTooLarge, ResyncHistoryExpired, ResyncStreamReset,
 		ResyncPolicyError, ResyncTransactionTooLarge, ResyncUpstreamGap, ResyncIncompleteImage,
+		ResyncQueueFull, ResyncParked,
 	}
 }
