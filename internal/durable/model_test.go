@@ -34,9 +34,9 @@ type run struct {
 	// markers received, by reason: lost counts and ranges.
 	lost    map[stream.Reason]uint64
 	ranges  map[stream.Reason][][2]uint64
-	dropped int // Outcome.Dropped summed
-	parked  int // Outcome.Parked summed
-	seen    map[string]uint64 // broadcast: the last offset each connection got
+	dropped int                  // Outcome.Dropped summed
+	parked  int                  // Outcome.Parked summed
+	seen    map[string]uint64    // broadcast: the last offset each connection got
 	gaps    map[*stream.Gap]bool // markers counted: one goes to every bound connection
 }
 

@@ -22,9 +22,9 @@ type Queue struct {
 	ents   []*entry        // in queue order; nil slots are removed entries, compacted lazily
 	dead   int             // nil slots in ents
 	byPos  map[stream.Position]*entry
-	items  int // publications held, leased ones included
-	bytes  int // their Entry.Size
-	leased int // publications leased
+	items  int     // publications held, leased ones included
+	bytes  int     // their Entry.Size
+	leased int     // publications leased
 	conns  []bound // bound connections, in the order they bound (the last is the most recent)
 	nextID uint64  // entries' ids, in append order
 	// settled remembers the last SettledMemory positions acked, and by which connection, so a

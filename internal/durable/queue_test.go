@@ -131,7 +131,7 @@ func TestBroadcastWaitsForAConnection(t *testing.T) {
 	}
 	q.Unbind("a", t0)
 	q.Unbind("b", t0)
-	if q.Idle(t0.Add(DefaultIdleTTL - time.Second)) || !q.Idle(t0.Add(DefaultIdleTTL)) {
+	if q.Idle(t0.Add(DefaultIdleTTL-time.Second)) || !q.Idle(t0.Add(DefaultIdleTTL)) {
 		t.Fatal("want idle exactly IdleTTL after the last connection went")
 	}
 }
