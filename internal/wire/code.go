@@ -38,6 +38,7 @@ const (
 	CodeInternal              = fault.CodeInternal
 	CodeUnavailable           = fault.CodeUnavailable
 	CodePresenceFull          = fault.CodePresenceFull
+	CodeDurableConflict       = fault.CodeDurableConflict
 )
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them.

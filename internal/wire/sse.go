@@ -38,7 +38,7 @@ func ParseLastEventID(s string) (sub string, p Position, err error) {
 
 // The query parameters that declare an SSE stream's URL subscription. They mirror subscribe's
 // fields; columns is comma-separated, filter is JSON text, from is a position's text form.
-var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode"}
+var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode", "durable"}
 
 // SubscribeFromQuery reads the subscription an SSE stream's URL declares, as
 // GET /v1/sse?sub=feed&table=public.items&filter={...}. It returns nil, nil when the URL
@@ -99,6 +99,16 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 	if f.Mode == "" {
 		f.Mode = ModeBroadcast
 	}
+	switch q.Get("durable") {
+	case "", "false":
+	case "true":
+		f.Durable = true
+	default:
+		return bad("durable", "the durable parameter is true or false, like durable=true")
+	}
+	if f.Mode == ModeSingle {
+		f.Durable = true
+	}
 	if q.Has("filter") {
 		v := []byte(q.Get("filter"))
 		if !validJSON(v, maxNesting) {
@@ -130,7 +140,10 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 			return nil, &Error{Code: CodeBadPosition, Field: "Last-Event-ID", Message: fmt.Sprintf(
 				"Last-Event-ID names subscription %q but this stream's is %q; reconnect with the URL the events came from", sub, f.Sub)}
 		}
-		f.From = p
+		// A durable subscription resumes from its own queue, whatever the client last saw.
+		if !f.Durable {
+			f.From = p
+		}
 	}
 	if err := validateSubscribe(f); err != nil {
 		return nil, err
