@@ -28,6 +28,7 @@ import (
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
@@ -83,6 +84,12 @@ type Config struct {
 	// Presence configures channel presence (the presence.* keys); its store is this node's
 	// memory.
 	Presence presence.Config
+	// Durable bounds durable subscriptions (the durable.* keys); zero fields take durable's
+	// defaults. Alone, a node keeps them in its memory.
+	Durable durable.Limits
+	// DurableTick, when set, is how often the durable subscriptions' leases are looked at
+	// (durable.Config.Tick); tests set it.
+	DurableTick time.Duration
 	// HistoryBytes and HistoryAge bound the table history a resumed subscription is replayed
 	// from (changefeed.history_bytes, changefeed.history_age); zero: the defaults. On one node
 	// they bound the router's one history of every table; among many, each table's history in
@@ -134,6 +141,7 @@ type Server struct {
 	bus      *bus.Memory
 	channels *channels
 	presence *presence.Presence
+	durable  *durable.Registry
 	tables   *tables // nil without a changefeed
 	policy   *gate
 	// policyFailed carries the error that stopped the policy's compilation once the stream
@@ -219,7 +227,14 @@ func New(cfg Config) (*Server, error) {
 		pr.close()
 		return nil, err
 	}
+	dreg, err := durable.New(durable.Config{Limits: cfg.Durable, Tick: cfg.DurableTick, Logger: cfg.Logger},
+		memory.NewDurable(cfg.Durable), durableFeed{chans})
+	if err != nil {
+		pr.close()
+		return nil, err
+	}
 	s := &Server{
+		durable:  dreg,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		verifier: v,
@@ -530,7 +545,14 @@ func (s *Server) Run(ctx context.Context) error {
 			defer func() { stopPeers(); <-followed }()
 		}
 	}
-	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence, s.unavail}}
+	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence, s.unavail},
+		Durable: durables{r: s.durable}}
+	// The durable subscriptions' worker: it stops once the sessions have (they unbind as they
+	// close), and ends the hub subscriptions that feed them.
+	durableCtx, stopDurable := context.WithCancel(context.WithoutCancel(ctx))
+	durableDone := make(chan struct{})
+	go func() { defer close(durableDone); s.durable.Run(durableCtx) }()
+	defer func() { stopDurable(); <-durableDone }()
 	// Presence's one sweeper: it stops once the sessions have (they untrack as they close).
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
 	swept := make(chan struct{})
