@@ -61,7 +61,6 @@ func (c *client) quiet(id string) {
 	}
 }
 
-
 // TestDurableSingleConnectionLostMidLease: a single subscription's message goes to the most
 // recently bound connection; that connection is lost before it acks, and the message goes to
 // the other at once, which settles it.
