@@ -204,6 +204,7 @@ const (
 	DefaultMaxInFlight  = 16
 	DefaultIdleTTL      = 24 * time.Hour
 	DefaultMaxPerHolder = 16
+	DefaultConnTTL      = 15 * time.Second
 )
 
 // SettledMemory is how many settled positions a subscription remembers, so that an ack sent
@@ -228,6 +229,10 @@ type Limits struct {
 	IdleTTL time.Duration
 	// MaxPerHolder bounds the durable subscriptions one holder keeps. Default 16.
 	MaxPerHolder int
+	// ConnTTL is how long a bound connection outlives its node's last renewal (Registry renews
+	// its own every ConnTTL/3): a node that dies takes its connections with it, their leases
+	// with them. Default 15s.
+	ConnTTL time.Duration
 }
 
 // WithDefaults returns l with every zero field set to its default.
@@ -252,6 +257,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxPerHolder <= 0 {
 		l.MaxPerHolder = DefaultMaxPerHolder
+	}
+	if l.ConnTTL <= 0 {
+		l.ConnTTL = DefaultConnTTL
 	}
 	return l
 }

@@ -30,6 +30,7 @@ type run struct {
 	next  uint64 // the next offset to publish
 	items map[uint64]*model
 	bound []string // bound connections, in bind order
+	alive map[string]time.Time // each bound connection's deadline: Touch renews it
 	conns int      // connections made
 	// markers received, by reason: lost counts and ranges.
 	lost    map[stream.Reason]uint64
@@ -160,7 +161,20 @@ func (r *run) bind() {
 	r.conns++
 	id := fmt.Sprintf("c%d", r.conns)
 	r.bound = append(r.bound, id)
+	r.alive[id] = r.now.Add(r.lim.ConnTTL)
 	r.take(r.q.Bind(Conn{ID: id}, r.now))
+}
+
+// touch renews every bound connection but the ones skip leaves out: their node stopped.
+func (r *run) touch(skip func(string) bool) {
+	var ids []string
+	for _, id := range r.bound {
+		if !skip(id) {
+			ids = append(ids, id)
+			r.alive[id] = r.now.Add(r.lim.ConnTTL)
+		}
+	}
+	r.q.Touch(ids, r.now)
 }
 
 func (r *run) unbind(id string) {
@@ -172,6 +186,13 @@ func (r *run) unbind(id string) {
 
 func (r *run) expire() {
 	o := r.q.Expire(r.now)
+	// Connections past their deadline are unbound first, their leases with them.
+	for _, id := range slices.Clone(r.bound) {
+		if !r.now.Before(r.alive[id]) {
+			r.bound = slices.DeleteFunc(r.bound, func(c string) bool { return c == id })
+			r.release(func(m *model) bool { return m.lease == id })
+		}
+	}
 	r.release(func(m *model) bool { return !r.now.Before(m.deadline) })
 	r.take(o)
 }
@@ -222,11 +243,12 @@ func TestQueueModel(t *testing.T) {
 func modelRun(t *testing.T, mode Mode, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	lim := Limits{MaxItems: 1 + rng.IntN(12), MaxBytes: 1024 + rng.IntN(2048), Lease: time.Second,
-		MaxAttempts: 1 + rng.IntN(4), MaxInFlight: 1 + rng.IntN(3), IdleTTL: time.Hour}.WithDefaults()
+		MaxAttempts: 1 + rng.IntN(4), MaxInFlight: 1 + rng.IntN(3), IdleTTL: time.Hour,
+		ConnTTL: time.Duration(2+rng.IntN(4)) * time.Second}.WithDefaults()
 	start := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	r := &run{t: t, q: NewQueue(Def{Channel: "jobs", Mode: mode}, lim, start), lim: lim, mode: mode, now: start,
 		items: map[uint64]*model{}, lost: map[stream.Reason]uint64{}, ranges: map[stream.Reason][][2]uint64{},
-		seen: map[string]uint64{}, gaps: map[*stream.Gap]bool{}}
+		seen: map[string]uint64{}, gaps: map[*stream.Gap]bool{}, alive: map[string]time.Time{}}
 	for step := 0; step < 300; step++ {
 		switch k := rng.IntN(20); {
 		case k < 5:
@@ -266,6 +288,12 @@ func modelRun(t *testing.T, mode Mode, seed uint64) {
 			}
 		case k < 17:
 			r.now = r.now.Add(time.Duration(rng.IntN(700)) * time.Millisecond)
+			// Mostly every node renews its connections; sometimes one has stopped.
+			dead := ""
+			if rng.IntN(6) == 0 && len(r.bound) > 0 {
+				dead = r.bound[rng.IntN(len(r.bound))]
+			}
+			r.touch(func(id string) bool { return id == dead })
 			r.expire()
 		default:
 			r.expire()
@@ -290,6 +318,7 @@ func modelRun(t *testing.T, mode Mode, seed uint64) {
 			}
 		}
 		r.now = r.now.Add(lim.Lease)
+		r.touch(func(string) bool { return false })
 		r.expire()
 	}
 	// Markers still queued went to the final connection with the last steps.

@@ -39,7 +39,8 @@ type Queue struct {
 // bound is one bound connection.
 type bound struct {
 	Conn
-	inFlight int // items it holds leases on
+	inFlight int       // items it holds leases on
+	deadline time.Time // when it is taken for gone unless its node renews it (Touch)
 }
 
 // entry is one queued entry.
@@ -94,8 +95,10 @@ func (q *Queue) Idle(now time.Time) bool {
 // Bind binds c, or binds it again (a connection already bound stays where it is), and hands it
 // and the others what waits.
 func (q *Queue) Bind(c Conn, now time.Time) Outcome {
-	if q.find(c.ID) < 0 {
-		q.conns = append(q.conns, bound{Conn: c})
+	if i := q.find(c.ID); i >= 0 {
+		q.conns[i].deadline = now.Add(q.lim.ConnTTL)
+	} else {
+		q.conns = append(q.conns, bound{Conn: c, deadline: now.Add(q.lim.ConnTTL)})
 	}
 	q.idleSince = time.Time{}
 	return q.dispatch(now)
@@ -105,22 +108,31 @@ func (q *Queue) Bind(c Conn, now time.Time) Outcome {
 // item goes to another connection, or is parked), and the queue's idle time starts with its
 // last connection.
 func (q *Queue) Unbind(id string, now time.Time) Outcome {
+	var o Outcome
+	if !q.unbind(id, now, &o) {
+		return q.outcome(o)
+	}
+	o.add(q.dispatch(now))
+	return o
+}
+
+// unbind unbinds connection id and ends its leases, without handing anything on; it reports
+// whether id was bound.
+func (q *Queue) unbind(id string, now time.Time, o *Outcome) bool {
 	i := q.find(id)
 	if i < 0 {
-		return q.outcome(Outcome{})
+		return false
 	}
 	q.conns = slices.Delete(q.conns, i, i+1)
-	var o Outcome
 	for _, e := range q.ents {
 		if e != nil && e.lease == id {
-			q.release(e, &o)
+			q.release(e, o)
 		}
 	}
 	if len(q.conns) == 0 {
 		q.idleSince = now
 	}
-	o.add(q.dispatch(now))
-	return o
+	return true
 }
 
 // Append queues entries, publications and markers, at the end, skipping any at or before the
@@ -176,14 +188,19 @@ func (q *Queue) shedOldest(o *Outcome) bool {
 // appendMarker queues a marker (a gap the channel's stream reported), merged into the last
 // entry if that is a marker of the same reason.
 func (q *Queue) appendMarker(g *stream.Gap) {
-	if n := len(q.ents); n > 0 {
-		if prev := q.ents[n-1]; prev != nil && prev.isMarker() && prev.ent.Gap.Reason == g.Reason {
+	for j := len(q.ents) - 1; j >= 0; j-- {
+		prev := q.ents[j]
+		if prev == nil {
+			continue
+		}
+		if prev.isMarker() && prev.ent.Gap.Reason == g.Reason {
 			merged := *prev.ent.Gap
 			merged.Last = g.Last
 			merged.Lost = addLost(merged.Lost, g.Lost)
 			prev.ent.Gap = &merged
 			return
 		}
+		break
 	}
 	cp := *g
 	q.ents = append(q.ents, &entry{id: q.nextID, ent: Entry{Gap: &cp}})
@@ -295,17 +312,41 @@ func (q *Queue) remember(pos stream.Position, id string) {
 	q.settled[pos] = id
 }
 
-// Expire ends the leases whose deadline is at or before now, as Unbind does for a connection
-// that went, and hands on what it can.
+// Touch renews the bound connections ids, which their node still holds, for Limits.ConnTTL.
+// One not bound is passed over.
+func (q *Queue) Touch(ids []string, now time.Time) {
+	for _, id := range ids {
+		if i := q.find(id); i >= 0 {
+			q.conns[i].deadline = now.Add(q.lim.ConnTTL)
+		}
+	}
+}
+
+// Expire unbinds the connections whose deadline passed (their node stopped renewing them: it
+// died), then ends the leases whose deadline is at or before now, as Unbind does for a
+// connection that went, and hands on what it can.
 func (q *Queue) Expire(now time.Time) Outcome {
 	var o Outcome
-	if q.leased == 0 {
-		return q.outcome(o)
-	}
-	for _, e := range q.ents {
-		if e != nil && e.lease != "" && !now.Before(e.deadline) {
-			q.release(e, &o)
+	changed := false
+	for i := 0; i < len(q.conns); {
+		if now.Before(q.conns[i].deadline) {
+			i++
+			continue
 		}
+		q.unbind(q.conns[i].ID, now, &o)
+		changed = true
+	}
+	if q.leased > 0 {
+		for _, e := range q.ents {
+			if e != nil && e.lease != "" && !now.Before(e.deadline) {
+				q.release(e, &o)
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		// A dispatch with nothing changed since the last hands on nothing.
+		return q.outcome(o)
 	}
 	o.add(q.dispatch(now))
 	return o

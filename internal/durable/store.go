@@ -32,10 +32,18 @@ type Store interface {
 	// Ack settles pos for connection id (Queue.Ack). ErrGone when the subscription is not
 	// there.
 	Ack(ctx context.Context, key Key, id string, pos stream.Position, now time.Time) (AckResult, Outcome, error)
-	// Expire ends the leases past their deadline at now (Queue.Expire), and forgets the
-	// subscription when it has been idle (no connection bound) for Limits.IdleTTL: then
-	// Outcome.Gone. ErrGone when the subscription is not there.
+	// Expire unbinds the connections past their deadline and ends the leases past theirs at
+	// now (Queue.Expire), and forgets the subscription when it has been idle (no connection
+	// bound) for Limits.IdleTTL: then Outcome.Gone. ErrGone when the subscription is not
+	// there.
 	Expire(ctx context.Context, key Key, now time.Time) (Outcome, error)
+	// Touch renews the bound connections ids (Queue.Touch). ErrGone when the subscription is
+	// not there.
+	Touch(ctx context.Context, key Key, ids []string, now time.Time) error
+	// Claim makes node the owner of the subscription, the one node that feeds it from its
+	// channel and expires its leases, until now+ttl, when no other node owns it then; an
+	// owner's claim renews it. owner is the owner after the claim.
+	Claim(ctx context.Context, key Key, node string, now time.Time, ttl time.Duration) (owner string, err error)
 	// Forget deletes the subscription, its queue and its leases; ok is false when it was not
 	// there.
 	Forget(ctx context.Context, key Key) (ok bool, err error)

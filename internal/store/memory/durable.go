@@ -22,8 +22,10 @@ type Durable struct {
 }
 
 type durableSub struct {
-	q     *durable.Queue
-	start stream.Position
+	q          *durable.Queue
+	start      stream.Position
+	owner      string    // the node that feeds it
+	ownerUntil time.Time // when its claim ends
 }
 
 var _ durable.Store = (*Durable)(nil)
@@ -102,6 +104,26 @@ func (s *Durable) Expire(_ context.Context, key durable.Key, now time.Time) (dur
 		return durable.Outcome{Gone: true}, nil
 	}
 	return sub.q.Expire(now), nil
+}
+
+// Touch implements durable.Store.
+func (s *Durable) Touch(_ context.Context, key durable.Key, ids []string, now time.Time) error {
+	_, err := s.step(key, func(q *durable.Queue) durable.Outcome { q.Touch(ids, now); return durable.Outcome{} })
+	return err
+}
+
+// Claim implements durable.Store.
+func (s *Durable) Claim(_ context.Context, key durable.Key, node string, now time.Time, ttl time.Duration) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[key]
+	if sub == nil {
+		return "", durable.ErrGone
+	}
+	if sub.owner == node || !now.Before(sub.ownerUntil) {
+		sub.owner, sub.ownerUntil = node, now.Add(ttl)
+	}
+	return sub.owner, nil
 }
 
 // Forget implements durable.Store.
