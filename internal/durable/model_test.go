@@ -29,9 +29,9 @@ type run struct {
 	now   time.Time
 	next  uint64 // the next offset to publish
 	items map[uint64]*model
-	bound []string // bound connections, in bind order
+	bound []string             // bound connections, in bind order
 	alive map[string]time.Time // each bound connection's deadline: Touch renews it
-	conns int      // connections made
+	conns int                  // connections made
 	// markers received, by reason: lost counts and ranges.
 	lost    map[stream.Reason]uint64
 	ranges  map[stream.Reason][][2]uint64
