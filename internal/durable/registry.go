@@ -51,6 +51,10 @@ type Config struct {
 	// InboxItems bounds a subscription's items on their way from the hub to the store. Past
 	// it, they join one queue_full marker with their exact range. Default 4096.
 	InboxItems int
+	// OwnerTTL is how long a node's claim to feed a subscription outlives its last renewal
+	// (every OwnerTTL/3): after a node dies, another holding a connection of the subscription
+	// takes it over within about this long. Default 5s.
+	OwnerTTL time.Duration
 	Now        func() time.Time
 	Logger     *slog.Logger
 }
@@ -62,6 +66,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InboxItems <= 0 {
 		c.InboxItems = 4096
+	}
+	if c.OwnerTTL <= 0 {
+		c.OwnerTTL = 5 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -111,10 +118,14 @@ type sub struct {
 	def   Def                 // guarded by mu
 	local map[string]*Binding // guarded by mu: this node's connections bound, by connection id
 	// unfeed ends the hub subscription that feeds it; nil when this node does not feed it.
+	// A node feeds a subscription while it owns it (Store.Claim).
 	unfeed func()  // guarded by mu
 	depth  int     // guarded by mu: its depth as last seen, counted in Registry.depth
 	gone   bool    // guarded by mu: forgotten; nothing steps it again
 	retry  []Entry // guarded by mu: entries a failed Append left, tried again first
+	// nextClaim and nextTouch are when this node next claims the subscription and renews its
+	// connections bound to it. Guarded by mu.
+	nextClaim, nextTouch time.Time
 
 	inMu    sync.Mutex
 	inbox   []Entry     // guarded by inMu: items from the hub not yet appended
@@ -148,6 +159,31 @@ type Binding struct {
 	end   func(*fault.Error)
 	start stream.Position
 	once  sync.Once
+	// last is the last publication pushed to the connection; suspect is set when another
+	// node's deliveries may have been lost on the way here (Lost), until the next publication
+	// shows whether they were. Both guarded by the subscription's mu.
+	last    stream.Position
+	suspect bool
+}
+
+// pushLocked hands the connection one entry. After a loss on the way from another node, a
+// broadcast's next publication that skips offsets first brings a marker for the ones skipped
+// (upstream_gap, their count unknown: an event filter skips some of them on purpose); a single
+// subscription needs none, its leases bring what was lost again. The caller holds the
+// subscription's mu.
+func (b *Binding) pushLocked(e Entry) {
+	it := e.StreamItem()
+	if it == nil {
+		return
+	}
+	if m := e.Msg; m != nil {
+		if b.suspect && b.s.def.Mode == Broadcast && m.Pos.Epoch == b.last.Epoch && m.Pos.Offset > b.last.Offset+1 {
+			b.rc.Push(b.name, stream.NewGap(&stream.Gap{First: stream.ChannelPosition(m.Pos.Epoch, b.last.Offset+1),
+				Last: stream.ChannelPosition(m.Pos.Epoch, m.Pos.Offset-1), Reason: stream.ReasonUpstreamGap}))
+		}
+		b.suspect, b.last = false, m.Pos
+	}
+	b.rc.Push(b.name, it)
 }
 
 // Start is where the subscription started: every item after it was delivered, is queued, or
@@ -196,8 +232,9 @@ func (r *Registry) Bind(ctx context.Context, req BindRequest) (*Binding, error) 
 		return nil, r.bindRefusal(req, bd.Def, err)
 	}
 	s.def, s.gone = req.Def, false
+	s.nextTouch = r.cfg.Now().Add(r.cfg.Limits.ConnTTL / 3)
 	if s.unfeed == nil {
-		if err := r.feedLocked(ctx, s, &bd); err != nil {
+		if err := r.claimLocked(ctx, s, &bd); err != nil {
 			delete(s.local, req.Conn.ID)
 			if o, uerr := r.store.Unbind(context.WithoutCancel(ctx), req.Key, req.Conn.ID, r.cfg.Now()); uerr == nil {
 				r.handleLocked(s, o)
@@ -238,31 +275,71 @@ func (r *Registry) unavailable(op string, key Key, err error) error {
 	return &fault.Error{Code: fault.CodeUnavailable, Err: err, Message: "the durable subscription's store did not answer; retry with backoff"}
 }
 
-// feedLocked subscribes s to the hub, after the last position it took (the history replays
-// what it missed, or a gap says it cannot), or from the channel's head when it is new, and
-// records where a new one starts. The caller holds s.mu.
-func (r *Registry) feedLocked(ctx context.Context, s *sub, bd *Bound) error {
-	f, err := r.chans.Subscribe(feedReceiver{r: r, s: s}, "durable", s.def.Channel, s.def.Event, bd.Tail)
+// claimLocked claims s for this node at a bind, and feeds it when the claim makes this node
+// its owner: after the last position it took, else where it started (bd's), else, for one just
+// created, from the channel's head, recorded as its start. The caller holds s.mu.
+func (r *Registry) claimLocked(ctx context.Context, s *sub, bd *Bound) error {
+	now := r.cfg.Now()
+	owner, _, err := r.store.Claim(ctx, s.key, r.cfg.Node, now, r.cfg.OwnerTTL)
+	if err != nil {
+		return r.unavailable("claim", s.key, err)
+	}
+	s.nextClaim = now.Add(r.cfg.OwnerTTL / 3)
+	if owner != r.cfg.Node {
+		return nil // another node feeds it
+	}
+	from := bd.Tail
+	if from.IsZero() {
+		from = bd.Start
+	}
+	head, err := r.feedLocked(ctx, s, from)
 	if err != nil {
 		return err
 	}
-	s.unfeed = f.Unsubscribe
-	r.fed.Add(1)
 	if bd.Start.IsZero() {
-		bd.Start = f.Head
-		if err := r.store.Begin(ctx, s.key, f.Head); err != nil {
+		bd.Start = head
+		if err := r.store.Begin(ctx, s.key, head); err != nil {
 			r.log.Warn("durable: recording where a subscription starts failed", "key", s.key.String(), "error", err)
 		}
 	}
+	return nil
+}
+
+// feedLocked subscribes s to the hub after from (the history replays what it missed, or a gap
+// says it cannot), or from the channel's head when from is zero, and returns the head. The
+// caller holds s.mu.
+func (r *Registry) feedLocked(ctx context.Context, s *sub, from stream.Position) (stream.Position, error) {
+	f, err := r.chans.Subscribe(feedReceiver{r: r, s: s}, "durable", s.def.Channel, s.def.Event, from)
+	if err != nil {
+		return stream.Position{}, err
+	}
+	s.unfeed = f.Unsubscribe
+	r.fed.Add(1)
 	if len(f.Replay) > 0 {
 		ents := make([]Entry, 0, len(f.Replay))
 		for _, it := range f.Replay {
 			ents = append(ents, entryOf(it))
 		}
-		// Just bound: the store has it.
+		// Just claimed: the store has it.
 		_ = r.appendLocked(ctx, s, ents)
 	}
-	return nil
+	return f.Head, nil
+}
+
+// unfeedLocked ends the hub subscription that feeds s. The caller holds s.mu.
+func (r *Registry) unfeedLocked(s *sub) {
+	if s.unfeed == nil {
+		return
+	}
+	// The hub's delivery to the feed takes only the inbox's lock, never s.mu.
+	s.unfeed()
+	s.unfeed = nil
+	r.fed.Add(-1)
+	r.depth.Add(int64(-s.depth))
+	s.depth = 0
+	s.inMu.Lock()
+	s.inbox, s.overGap = nil, nil
+	s.inMu.Unlock()
 }
 
 // sub returns key's subscription, made when this node knows none.
@@ -288,8 +365,6 @@ func (r *Registry) dropIfIdleLocked(s *sub) {
 		delete(r.subs, s.key)
 	}
 	r.mu.Unlock()
-	r.depth.Add(int64(-s.depth))
-	s.depth = 0
 }
 
 // Ack settles the item at pos for this connection. Acked and AlreadyAcked are nil; an item
@@ -385,12 +460,7 @@ func (r *Registry) tellEnded(ends []*Binding, key Key) {
 // are returned, to be told. The caller holds s.mu.
 func (r *Registry) teardownLocked(s *sub) []*Binding {
 	s.gone = true
-	if s.unfeed != nil {
-		// The hub's delivery to the feed takes only the inbox's lock, never s.mu.
-		s.unfeed()
-		s.unfeed = nil
-		r.fed.Add(-1)
-	}
+	r.unfeedLocked(s)
 	ends := make([]*Binding, 0, len(s.local))
 	for _, b := range s.local {
 		ends = append(ends, b)
@@ -427,9 +497,7 @@ func (r *Registry) handleLocked(s *sub, o Outcome) {
 			continue
 		}
 		for _, e := range d.Entries {
-			if it := e.StreamItem(); it != nil {
-				b.rc.Push(b.name, it)
-			}
+			b.pushLocked(e)
 		}
 	}
 }
@@ -447,10 +515,29 @@ func (r *Registry) Receive(key Key, conn string, ents []Entry) {
 	defer s.mu.Unlock()
 	if b := s.local[conn]; b != nil {
 		for _, e := range ents {
-			if it := e.StreamItem(); it != nil {
-				b.rc.Push(b.name, it)
+			b.pushLocked(e)
+		}
+	}
+}
+
+// Lost is told that payloads from another node were lost on the way here: a broadcast's
+// deliveries to this node's connections among them, perhaps. Each such binding is suspect
+// until its next publication shows whether it missed any (pushLocked).
+func (r *Registry) Lost(from string) {
+	r.mu.Lock()
+	subs := make([]*sub, 0, len(r.subs))
+	for _, s := range r.subs {
+		subs = append(subs, s)
+	}
+	r.mu.Unlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		if s.def.Mode == Broadcast {
+			for _, b := range s.local {
+				b.suspect = true
 			}
 		}
+		s.mu.Unlock()
 	}
 }
 
@@ -580,8 +667,7 @@ func (r *Registry) appendLocked(ctx context.Context, s *sub, ents []Entry) []*Bi
 	return nil
 }
 
-// expire steps every subscription this node knows at the tick: leases past their deadline
-// end, and a subscription idle past its TTL is forgotten.
+// expire steps every subscription this node knows at the tick (keep), one after the other.
 func (r *Registry) expire(ctx context.Context) {
 	r.mu.Lock()
 	subs := make([]*sub, 0, len(r.subs))
@@ -590,33 +676,92 @@ func (r *Registry) expire(ctx context.Context) {
 	}
 	r.mu.Unlock()
 	for _, s := range subs {
-		s.mu.Lock()
-		if s.gone {
-			s.mu.Unlock()
-			continue
-		}
-		var ends []*Binding
-		if len(s.retry) > 0 {
-			if ends = r.appendLocked(ctx, s, nil); s.gone {
-				s.mu.Unlock()
-				r.tellEnded(ends, s.key)
-				continue
-			}
-		}
-		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
-		o, err := r.store.Expire(sctx, s.key, r.cfg.Now())
-		cancel()
-		switch {
-		case err == nil && o.Gone, errors.Is(err, ErrGone):
-			ends = r.teardownLocked(s)
-		case err == nil:
-			r.handleLocked(s, o)
-		default:
-			r.log.Warn("durable: expiring leases failed", "key", s.key.String(), "error", err)
-		}
-		s.mu.Unlock()
+		ends := r.keep(ctx, s)
 		r.tellEnded(ends, s.key)
 	}
+}
+
+// keep is a subscription's tick on this node: it renews this node's connections bound to it
+// (every ConnTTL/3), claims it (every OwnerTTL/3: the owner renews, another node takes it over
+// once the owner's claim has run out) and feeds it or stops as the claim says, and, as its
+// owner, ends the leases past their deadline and the connections past theirs, and forgets it
+// when it has been idle for its TTL. It returns the bindings to tell when the subscription is
+// gone.
+func (r *Registry) keep(ctx context.Context, s *sub) []*Binding {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return nil
+	}
+	step := func(f func(ctx context.Context) error) error {
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		defer cancel()
+		return f(sctx)
+	}
+	gone := func(err error) bool { return errors.Is(err, ErrGone) }
+	now := r.cfg.Now()
+	if len(s.local) > 0 && !now.Before(s.nextTouch) {
+		ids := make([]string, 0, len(s.local))
+		for id := range s.local {
+			ids = append(ids, id)
+		}
+		err := step(func(ctx context.Context) error { return r.store.Touch(ctx, s.key, ids, now) })
+		switch {
+		case gone(err):
+			return r.teardownLocked(s)
+		case err != nil:
+			r.log.Warn("durable: renewing this node's connections failed", "key", s.key.String(), "error", err)
+		default:
+			s.nextTouch = now.Add(r.cfg.Limits.ConnTTL / 3)
+		}
+	}
+	if !now.Before(s.nextClaim) {
+		var owner string
+		var from stream.Position
+		err := step(func(ctx context.Context) (err error) {
+			owner, from, err = r.store.Claim(ctx, s.key, r.cfg.Node, now, r.cfg.OwnerTTL)
+			return err
+		})
+		switch {
+		case gone(err):
+			return r.teardownLocked(s)
+		case err != nil:
+			r.log.Warn("durable: claiming a subscription failed", "key", s.key.String(), "error", err)
+		default:
+			s.nextClaim = now.Add(r.cfg.OwnerTTL / 3)
+			switch {
+			case owner == r.cfg.Node && s.unfeed == nil:
+				if _, err := r.feedLocked(ctx, s, from); err != nil {
+					r.log.Warn("durable: feeding a subscription taken over failed; retrying", "key", s.key.String(), "error", err)
+					s.nextClaim = now
+				}
+			case owner != r.cfg.Node && s.unfeed != nil:
+				// Another node took it over (this one stalled past its claim): it feeds it now.
+				r.unfeedLocked(s)
+			}
+		}
+	}
+	if s.unfeed == nil {
+		r.dropIfIdleLocked(s)
+		return nil
+	}
+	var ends []*Binding
+	if len(s.retry) > 0 {
+		if ends = r.appendLocked(ctx, s, nil); s.gone {
+			return ends
+		}
+	}
+	var o Outcome
+	err := step(func(ctx context.Context) (err error) { o, err = r.store.Expire(ctx, s.key, now); return err })
+	switch {
+	case err == nil && o.Gone, gone(err):
+		return r.teardownLocked(s)
+	case err == nil:
+		r.handleLocked(s, o)
+	default:
+		r.log.Warn("durable: expiring leases failed", "key", s.key.String(), "error", err)
+	}
+	return ends
 }
 
 // stopFeeds ends every hub subscription this node feeds, as the registry stops.

@@ -42,8 +42,9 @@ type Store interface {
 	Touch(ctx context.Context, key Key, ids []string, now time.Time) error
 	// Claim makes node the owner of the subscription, the one node that feeds it from its
 	// channel and expires its leases, until now+ttl, when no other node owns it then; an
-	// owner's claim renews it. owner is the owner after the claim.
-	Claim(ctx context.Context, key Key, node string, now time.Time, ttl time.Duration) (owner string, err error)
+	// owner's claim renews it. owner is the owner after the claim; from is where an owner
+	// feeds it from: the last position it took, else where it started.
+	Claim(ctx context.Context, key Key, node string, now time.Time, ttl time.Duration) (owner string, from stream.Position, err error)
 	// Forget deletes the subscription, its queue and its leases; ok is false when it was not
 	// there.
 	Forget(ctx context.Context, key Key) (ok bool, err error)

@@ -262,3 +262,48 @@ func TestDurableDefinitionAndForget(t *testing.T) {
 	anon.send(`{"type":"subscribe","id":"9","sub":"jobs","channel":"jobs/eu","mode":"single"}`)
 	anon.expectError("forbidden", "9")
 }
+
+// TestDurableAcrossNodes: three nodes share Redis. A single subscription's message goes to the
+// most recently bound connection, on another node than the one that feeds it; that connection
+// is lost mid-lease and the message goes to one on a third node, which acks it there; a
+// duplicate ack is a success, another node's connection's ack not_found. Then the node that
+// feeds it stops: another takes it over, and a message published after reaches a connection.
+func TestDurableAcrossNodes(t *testing.T) {
+	cfgs := nodesConfig(t, 3)
+	nodes := make([]*running, len(cfgs))
+	for i, cfg := range cfgs {
+		cfg.Durable = durable.Limits{Lease: time.Hour, ConnTTL: time.Hour}
+		cfg.DurableTick = 20 * time.Millisecond
+		cfg.DurableOwnerTTL = 300 * time.Millisecond
+		nodes[i] = start(t, cfg)
+	}
+	a, _ := connect(t, nodes[0])
+	c, _ := connect(t, nodes[2])
+	b, _ := connect(t, nodes[1])
+	a.bind("1", "jobs", "jobs/eu", "single") // node 1 feeds it: it bound first
+	c.bind("1", "jobs", "jobs/eu", "single")
+	b.bind("1", "jobs", "jobs/eu", "single")
+	pub := publish(t, nodes[2], "jobs/eu", `{"job":1}`)
+	off := offsetOf(t, pub)
+	if got := b.message("jobs"); got != off {
+		t.Fatalf("b (node 2) got %d, want %d", got, off)
+	}
+	_ = b.c.CloseNow()
+	if got := c.message("jobs"); got != off {
+		t.Fatalf("c (node 3) got %d, want the retried %d", got, off)
+	}
+	c.ack("2", "jobs", pub, off)
+	c.ack("3", "jobs", pub, off)
+	c.quiet("p")
+	a.ack("4", "jobs", pub, off)
+	a.expectError("not_found", "4")
+
+	// Node 1 stops; node 3 takes the subscription over and feeds it from where node 1 left.
+	nodes[0].halt(t)
+	pub2 := publish(t, nodes[1], "jobs/eu", `{"job":2}`)
+	if got := c.message("jobs"); got != offsetOf(t, pub2) {
+		t.Fatalf("c got %d, want %d", got, offsetOf(t, pub2))
+	}
+	c.ack("5", "jobs", pub2, offsetOf(t, pub2))
+	c.quiet("p2")
+}

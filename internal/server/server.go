@@ -87,9 +87,10 @@ type Config struct {
 	// Durable bounds durable subscriptions (the durable.* keys); zero fields take durable's
 	// defaults. Alone, a node keeps them in its memory.
 	Durable durable.Limits
-	// DurableTick, when set, is how often the durable subscriptions' leases are looked at
-	// (durable.Config.Tick); tests set it.
-	DurableTick time.Duration
+	// DurableTick and DurableOwnerTTL, when set, are how often the durable subscriptions'
+	// leases are looked at, and how long a node's claim to feed one lasts (durable.Config);
+	// tests set them.
+	DurableTick, DurableOwnerTTL time.Duration
 	// HistoryBytes and HistoryAge bound the table history a resumed subscription is replayed
 	// from (changefeed.history_bytes, changefeed.history_age); zero: the defaults. On one node
 	// they bound the router's one history of every table; among many, each table's history in
@@ -201,7 +202,7 @@ func New(cfg Config) (*Server, error) {
 	var presStore presence.Store = memory.NewPresence()
 	fanout := cfg.Fanout
 	if cfg.Cluster.Enabled() {
-		if pr, err = newPeers(cfg.Cluster, history.Config{MaxBytes: cfg.HistoryBytes, MaxAge: cfg.HistoryAge}, cfg.Fanout.History, cfg.Logger); err != nil {
+		if pr, err = newPeers(cfg.Cluster, history.Config{MaxBytes: cfg.HistoryBytes, MaxAge: cfg.HistoryAge}, cfg.Fanout.History, cfg.Durable, cfg.Logger); err != nil {
 			return nil, err
 		}
 		fanout.Broker, fanout.Remote, presStore = pr.broker, pr, pr.presence
@@ -227,11 +228,20 @@ func New(cfg Config) (*Server, error) {
 		pr.close()
 		return nil, err
 	}
-	dreg, err := durable.New(durable.Config{Limits: cfg.Durable, Tick: cfg.DurableTick, Logger: cfg.Logger},
-		memory.NewDurable(cfg.Durable), durableFeed{chans})
+	dcfg := durable.Config{Limits: cfg.Durable, Tick: cfg.DurableTick, OwnerTTL: cfg.DurableOwnerTTL, Logger: cfg.Logger}
+	var dstore durable.Store = memory.NewDurable(cfg.Durable)
+	if pr != nil {
+		// Among many nodes the subscriptions are in Redis; deliveries to a connection on another
+		// node go there with the publications.
+		dcfg.Node, dcfg.Relay, dstore = pr.id, pr, pr.durable
+	}
+	dreg, err := durable.New(dcfg, dstore, durableFeed{chans})
 	if err != nil {
 		pr.close()
 		return nil, err
+	}
+	if pr != nil {
+		pr.durables = dreg
 	}
 	s := &Server{
 		durable:  dreg,
@@ -547,6 +557,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence, s.unavail},
 		Durable: durables{r: s.durable}}
+	if s.peers != nil {
+		deps.Durable = durables{r: s.durable, node: s.peers.id}
+	}
 	// The durable subscriptions' worker: it stops once the sessions have (they unbind as they
 	// close), and ends the hub subscriptions that feed them.
 	durableCtx, stopDurable := context.WithCancel(context.WithoutCancel(ctx))

@@ -113,17 +113,21 @@ func (s *Durable) Touch(_ context.Context, key durable.Key, ids []string, now ti
 }
 
 // Claim implements durable.Store.
-func (s *Durable) Claim(_ context.Context, key durable.Key, node string, now time.Time, ttl time.Duration) (string, error) {
+func (s *Durable) Claim(_ context.Context, key durable.Key, node string, now time.Time, ttl time.Duration) (string, stream.Position, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := s.subs[key]
 	if sub == nil {
-		return "", durable.ErrGone
+		return "", stream.Position{}, durable.ErrGone
 	}
 	if sub.owner == node || !now.Before(sub.ownerUntil) {
 		sub.owner, sub.ownerUntil = node, now.Add(ttl)
 	}
-	return sub.owner, nil
+	from := sub.q.Tail()
+	if from.IsZero() {
+		from = sub.start
+	}
+	return sub.owner, from, nil
 }
 
 // Forget implements durable.Store.

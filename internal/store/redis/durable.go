@@ -267,15 +267,21 @@ func (s *Durable) Touch(ctx context.Context, k durable.Key, ids []string, now ti
 }
 
 // Claim implements durable.Store: the claim is a key with Redis's own TTL.
-func (s *Durable) Claim(ctx context.Context, k durable.Key, node string, now time.Time, ttl time.Duration) (string, error) {
+func (s *Durable) Claim(ctx context.Context, k durable.Key, node string, now time.Time, ttl time.Duration) (string, stream.Position, error) {
 	flat, err := s.run(ctx, k, "claim", now, node, strconv.FormatInt(max(ttl.Milliseconds(), 1), 10))
 	if err != nil {
-		return "", err
+		return "", stream.Position{}, err
 	}
-	if len(flat) < 2 {
-		return "", fmt.Errorf("durable claim %s: a short answer", k)
+	if len(flat) < 3 {
+		return "", stream.Position{}, fmt.Errorf("durable claim %s: a short answer", k)
 	}
-	return flat[1], nil
+	var from stream.Position
+	if flat[2] != "" {
+		if from, err = stream.ParsePosition(flat[2]); err != nil {
+			return "", stream.Position{}, fmt.Errorf("durable claim %s: %w", k, err)
+		}
+	}
+	return flat[1], from, nil
 }
 
 // Forget implements durable.Store.

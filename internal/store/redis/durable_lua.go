@@ -21,7 +21,8 @@ package redis
 // except offsets and deadlines compared as numbers (below 2^53, exact in a double).
 //
 // The answer: status (ok, gone, conflict, toomany), then a value the op gives (the ack's
-// result, a bind's created flag and def, the owner), start, tail, then delivered acked retried
+// result, a bind's created flag and def; a claim's answer is the owner and where it feeds
+// from, and no more), start, tail, then delivered acked retried
 // parked dropped depth gone, then the deliveries: their count, and per delivery conn, node,
 // n, and n pairs of entry and attempt.
 const durableScript = `
@@ -49,7 +50,10 @@ if op == 'claim' then
     redis.call('SET', O, node, 'PX', ttl)
     cur = node
   end
-  return {'ok', cur}
+  local pos = redis.call('HMGET', S, 'tail', 'start')
+  local from = pos[1]
+  if not from or from == '' then from = pos[2] or '' end
+  return {'ok', cur, from}
 end
 if op == 'forget' then
   if redis.call('EXISTS', S) == 0 then return {'ok', '0'} end

@@ -120,7 +120,7 @@ func TestKeyLayout(t *testing.T) {
 			if _, _, err := ds.Ack(ctx, k, "c1", stream.ChannelPosition("e", 1), time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := ds.Claim(ctx, k, "n1", time.Now(), time.Minute); err != nil {
+			if _, _, err := ds.Claim(ctx, k, "n1", time.Now(), time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			for _, key := range ds.keys(k) {

@@ -107,7 +107,7 @@ func RunDurable(t *testing.T, newStore NewDurable) {
 		if err := s.Touch(ctx, key, []string{"c1"}, t0); !errors.Is(err, durable.ErrGone) {
 			t.Errorf("Touch: %v", err)
 		}
-		if _, err := s.Claim(ctx, key, "n1", t0, time.Second); !errors.Is(err, durable.ErrGone) {
+		if _, _, err := s.Claim(ctx, key, "n1", t0, time.Second); !errors.Is(err, durable.ErrGone) {
 			t.Errorf("Claim: %v", err)
 		}
 	})
@@ -155,23 +155,34 @@ func RunDurable(t *testing.T, newStore NewDurable) {
 		s := newStore(t, durable.Limits{})
 		mustBind(t)(s.Bind(ctx, key, single, durable.Conn{ID: "a", Node: "n1"}, t0))
 		const ttl = 300 * time.Millisecond
-		if o, err := s.Claim(ctx, key, "n1", t0, ttl); err != nil || o != "n1" {
-			t.Fatalf("n1 claims: %q, %v", o, err)
+		start := stream.ChannelPosition("e1", 4)
+		if err := s.Begin(ctx, key, start); err != nil {
+			t.Fatal(err)
 		}
-		if o, err := s.Claim(ctx, key, "n2", t0, ttl); err != nil || o != "n1" {
+		if o, from, err := s.Claim(ctx, key, "n1", t0, ttl); err != nil || o != "n1" || from != start {
+			t.Fatalf("n1 claims: %q from %s, %v; want n1 from the start %s", o, from, err, start)
+		}
+		if o, _, err := s.Claim(ctx, key, "n2", t0, ttl); err != nil || o != "n1" {
 			t.Fatalf("n2 claims while n1 owns: %q, %v; want n1", o, err)
 		}
-		if o, err := s.Claim(ctx, key, "n1", t0, ttl); err != nil || o != "n1" {
+		if o, _, err := s.Claim(ctx, key, "n1", t0, ttl); err != nil || o != "n1" {
 			t.Fatalf("n1 renews: %q, %v", o, err)
 		}
-		// n1 stops renewing: once its claim has run out, n2's succeeds.
+		if _, err := s.Append(ctx, key, []durable.Entry{durableEntry(5), durableEntry(6)}, t0); err != nil {
+			t.Fatal(err)
+		}
+		// n1 stops renewing: once its claim has run out, n2's succeeds, and feeds from the last
+		// position taken.
 		deadline := time.Now().Add(10 * time.Second)
 		for now := t0; ; now = now.Add(ttl / 3) {
-			o, err := s.Claim(ctx, key, "n2", now, ttl)
+			o, from, err := s.Claim(ctx, key, "n2", now, ttl)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if o == "n2" {
+				if want := stream.ChannelPosition("e1", 6); from != want {
+					t.Fatalf("n2 feeds from %s, want the tail %s", from, want)
+				}
 				break
 			}
 			if time.Now().After(deadline) {
