@@ -55,8 +55,8 @@ type Config struct {
 	// (every OwnerTTL/3): after a node dies, another holding a connection of the subscription
 	// takes it over within about this long. Default 5s.
 	OwnerTTL time.Duration
-	Now        func() time.Time
-	Logger     *slog.Logger
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
