@@ -53,11 +53,31 @@
 // nobody fed it is queued or marked, never silently missed. Its Start is the channel's head
 // when it was created: every publication after it is delivered, queued, settled or marked.
 //
+// # Many nodes
+//
+// Among nodes sharing a store (store/redis.Durable) a holder's connections may be bound on any
+// of them, and every step is atomic in the store, so any node binds, acks and unbinds. One node
+// at a time owns a subscription (Store.Claim, with Config.OwnerTTL, renewed every third of it):
+// the owner feeds it, from the last position it took (Claim answers where), and expires its
+// leases and its connections, every Tick. A node that binds a connection claims it at once; a
+// node holding a connection claims it again at each renewal, and so takes it over once a dead
+// owner's claim runs out. A node that finds another owning what it fed (it stalled past its
+// claim) stops feeding it; for as long as both feed, appends being idempotent by position,
+// nothing is queued twice. Each node renews the connections it holds (Store.Touch, every
+// Limits.ConnTTL/3): those of a dead node outlive it by ConnTTL, and the owner's Expire unbinds
+// them, their leases with them, so their messages go to the holder's other connections. A
+// step's delivery to a connection on another node goes through the Relay (the cross-node
+// transport), to that node's Receive; lost on the way, a single's lease expires and brings it
+// again, and a broadcast's binding, told by Lost, reports the hole its next publication's
+// offset shows (upstream_gap). A subscription whose every node died while it had no connection
+// anywhere is not fed meanwhile: the next node to bind it feeds it from its last position, so
+// the channel's history replays what it missed, or a gap marks it.
+//
 // Items from the hub arrive on the hub's fan-out goroutine, which must not block: they go into
 // the subscription's inbox (bounded by Config.InboxItems; past it, one queue_full marker with
 // their exact range), and Run, the registry's one goroutine, appends them to the store. Run
-// also, every Config.Tick, ends the leases past their deadline and forgets the subscriptions
-// idle past their TTL. A failed append is kept, bounded, and tried again at the next tick:
+// also, every Config.Tick, renews this node's connections, claims, and, for the subscriptions
+// this node owns, ends the leases past their deadline and forgets those idle past their TTL. A failed append is kept, bounded, and tried again at the next tick:
 // appends are idempotent, so one that did land is not queued twice.
 //
 // # Locks
@@ -76,5 +96,6 @@
 //
 // New returns a registry that holds nothing; Run is its worker, owned by the server, and
 // returns when its context ends, having ended the hub subscriptions that fed the
-// subscriptions. The memory store's subscriptions die with the process.
+// subscriptions. The memory store's subscriptions die with the process; Redis's outlive it, and
+// collect themselves by a TTL (idle TTL plus the connections') once no node steps them.
 package durable
