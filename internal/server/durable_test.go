@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -306,4 +307,49 @@ func TestDurableAcrossNodes(t *testing.T) {
 	}
 	c.ack("5", "jobs", pub2, offsetOf(t, pub2))
 	c.quiet("p2")
+}
+
+// TestDurableOverSSE: an SSE stream's URL declares a single subscription; its messages carry
+// event ids like any URL subscription's, an ack posted as a command settles one, and a
+// reconnect with Last-Event-ID binds the same durable subscription again, whose queue kept
+// what was published meanwhile.
+func TestDurableOverSSE(t *testing.T) {
+	r := start(t, durableConfig(durable.Limits{}))
+	url := r.url + "/v1/sse?sub=jobs&channel=jobs/eu&mode=single"
+	c, resp := openSSE(t, url, bearerHeader(t, "user-1"))
+	if c == nil {
+		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
+	}
+	session := c.next("welcome").frame["session"].(string)
+	c.next("subscribed")
+	pub := publish(t, r, "jobs/eu", `1`)
+	ev := c.next("message")
+	if !strings.HasPrefix(ev.id, "jobs ") {
+		t.Errorf("message event id %q, want \"jobs <pos>\"", ev.id)
+	}
+	epoch := pub["pos"].(map[string]any)["epoch"].(string)
+	cmd := r.url + "/v1/sse/" + session
+	tok := token(t, "user-1", time.Now().Add(time.Hour))
+	ack := fmt.Sprintf(`{"type":"ack","id":"a","sub":"jobs","pos":{"epoch":%q,"offset":%d}}`, epoch, offsetOf(t, pub))
+	if code, _ := postJSON(t, cmd, tok, ack); code != 202 {
+		t.Fatalf("ack command: %d", code)
+	}
+	if code, _ := postJSON(t, cmd, tok, `{"type":"ping","id":"p"}`); code != 202 {
+		t.Fatalf("ping command: %d", code)
+	}
+	c.next("pong") // the ack answered nothing
+	c.cancel()
+
+	pub2 := publish(t, r, "jobs/eu", `2`)
+	h := bearerHeader(t, "user-1")
+	h.Set("Last-Event-ID", ev.id)
+	c2, resp := openSSE(t, url, h)
+	if c2 == nil {
+		t.Fatalf("GET /v1/sse again: %d", resp.StatusCode)
+	}
+	c2.next("welcome")
+	c2.next("subscribed")
+	if got := c2.next("message"); offsetOf(t, got.frame) != offsetOf(t, pub2) {
+		t.Fatalf("after the reconnect: %v, want offset %d", got.frame, offsetOf(t, pub2))
+	}
 }
