@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/fault"
+	"github.com/heraldrt/herald/internal/ratelog"
 	"github.com/heraldrt/herald/internal/stream"
 )
 
@@ -97,6 +98,9 @@ type Registry struct {
 	store Store
 	chans Channels
 	log   *slog.Logger
+	// warn logs the store's failures, which repeat per subscription and tick while it does not
+	// answer, each step's at most once per interval with the count held back.
+	warn *ratelog.Limiter
 
 	mu   sync.Mutex
 	subs map[Key]*sub // guarded by mu: the subscriptions this node feeds or has connections bound to
@@ -139,7 +143,7 @@ func New(cfg Config, store Store, chans Channels) (*Registry, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	return &Registry{cfg: cfg, store: store, chans: chans, log: cfg.Logger,
+	return &Registry{cfg: cfg, store: store, chans: chans, log: cfg.Logger, warn: ratelog.New(cfg.Logger, ratelog.Config{}),
 		subs: map[Key]*sub{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -271,7 +275,7 @@ func (r *Registry) unavailable(op string, key Key, err error) error {
 	if fe, ok := fault.As(err); ok {
 		return fe
 	}
-	r.log.Warn("durable: a store step failed", "op", op, "key", key.String(), "error", err)
+	r.warn.Warn(op, "durable: a store step failed", slog.String("op", op), slog.String("key", key.String()), slog.Any("error", err))
 	return &fault.Error{Code: fault.CodeUnavailable, Err: err, Message: "the durable subscription's store did not answer; retry with backoff"}
 }
 
@@ -299,7 +303,7 @@ func (r *Registry) claimLocked(ctx context.Context, s *sub, bd *Bound) error {
 	if bd.Start.IsZero() {
 		bd.Start = head
 		if err := r.store.Begin(ctx, s.key, head); err != nil {
-			r.log.Warn("durable: recording where a subscription starts failed", "key", s.key.String(), "error", err)
+			r.warn.Warn("begin", "durable: recording where a subscription starts failed", slog.String("key", s.key.String()), slog.Any("error", err))
 		}
 	}
 	return nil
@@ -408,7 +412,7 @@ func (b *Binding) Unbind() {
 				r.handleLocked(s, o)
 			case !errors.Is(err, ErrGone):
 				// Its leases end when they expire instead.
-				r.log.Warn("durable: unbinding a connection failed; its leases end when they expire", "key", s.key.String(), "error", err)
+				r.warn.Warn("unbind", "durable: unbinding a connection failed; its leases end when they expire", slog.String("key", s.key.String()), slog.Any("error", err))
 			}
 		}
 		r.dropIfIdleLocked(s)
@@ -662,7 +666,7 @@ func (r *Registry) appendLocked(ctx context.Context, s *sub, ents []Entry) []*Bi
 			ents = ents[len(ents)-r.cfg.InboxItems:]
 		}
 		s.retry = ents
-		r.log.Warn("durable: appending to a subscription failed; retrying", "key", s.key.String(), "error", err)
+		r.warn.Warn("append", "durable: appending to a subscription failed; retrying", slog.String("key", s.key.String()), slog.Any("error", err))
 	}
 	return nil
 }
@@ -710,7 +714,7 @@ func (r *Registry) keep(ctx context.Context, s *sub) []*Binding {
 		case gone(err):
 			return r.teardownLocked(s)
 		case err != nil:
-			r.log.Warn("durable: renewing this node's connections failed", "key", s.key.String(), "error", err)
+			r.warn.Warn("touch", "durable: renewing this node's connections failed", slog.String("key", s.key.String()), slog.Any("error", err))
 		default:
 			s.nextTouch = now.Add(r.cfg.Limits.ConnTTL / 3)
 		}
@@ -726,13 +730,13 @@ func (r *Registry) keep(ctx context.Context, s *sub) []*Binding {
 		case gone(err):
 			return r.teardownLocked(s)
 		case err != nil:
-			r.log.Warn("durable: claiming a subscription failed", "key", s.key.String(), "error", err)
+			r.warn.Warn("claim", "durable: claiming a subscription failed", slog.String("key", s.key.String()), slog.Any("error", err))
 		default:
 			s.nextClaim = now.Add(r.cfg.OwnerTTL / 3)
 			switch {
 			case owner == r.cfg.Node && s.unfeed == nil:
 				if _, err := r.feedLocked(ctx, s, from); err != nil {
-					r.log.Warn("durable: feeding a subscription taken over failed; retrying", "key", s.key.String(), "error", err)
+					r.warn.Warn("feed", "durable: feeding a subscription taken over failed; retrying", slog.String("key", s.key.String()), slog.Any("error", err))
 					s.nextClaim = now
 				}
 			case owner != r.cfg.Node && s.unfeed != nil:
@@ -759,7 +763,7 @@ func (r *Registry) keep(ctx context.Context, s *sub) []*Binding {
 	case err == nil:
 		r.handleLocked(s, o)
 	default:
-		r.log.Warn("durable: expiring leases failed", "key", s.key.String(), "error", err)
+		r.warn.Warn("expire", "durable: expiring leases failed", slog.String("key", s.key.String()), slog.Any("error", err))
 	}
 	return ends
 }
