@@ -64,8 +64,23 @@ type Config struct {
 	// anonymous identity. A token that is present is still verified, and refused if bad.
 	AllowAnonymous bool
 
+	// AppClaim (auth.app_claim) names the claim that says which app a token was issued for
+	// (Identity.App), a string; "" means DefaultAppClaim. A durable subscription belongs to
+	// the token's subject and app.
+	AppClaim string
+
 	// Now is the clock. Nil means time.Now. Tests inject a fixed one.
 	Now func() time.Time
+}
+
+// DefaultAppClaim is the claim Identity.App is read from when Config.AppClaim is empty.
+const DefaultAppClaim = "app"
+
+func (c Config) appClaim() string {
+	if c.AppClaim == "" {
+		return DefaultAppClaim
+	}
+	return c.AppClaim
 }
 
 // hasKeySource reports whether any way of verifying a token is configured.

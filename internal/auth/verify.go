@@ -26,6 +26,10 @@ type Identity struct {
 	ExpiresAt time.Time
 	// Anonymous is true for a connection that presented no token.
 	Anonymous bool
+	// App is the app the token was issued for: the string claim Config.AppClaim names, ""
+	// when the token has none (or it is not a string). With Subject it names the holder of
+	// durable subscriptions.
+	App string
 }
 
 // Verifier turns tokens into identities. It is safe for concurrent use: Verify reads one
@@ -185,6 +189,9 @@ func (v *Verifier) Verify(token string) (Identity, error) {
 		return Identity{}, invalid(StageClaims, "the sub claim is not a string", "issue tokens whose sub is a JSON string", err)
 	}
 	id := Identity{Subject: sub, Claims: claims}
+	if app, ok := claims[v.cfg.appClaim()].(string); ok {
+		id.App = app
+	}
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
 		// The token verifies until exp plus the leeway, so that is when it stops being in force:
 		// a session that ended at exp would refuse a token Verify has just accepted.

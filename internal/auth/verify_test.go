@@ -553,3 +553,37 @@ func TestParsersLimitedToFamily(t *testing.T) {
 		t.Errorf("%d parsers, want one per family", len(ks.parsers))
 	}
 }
+
+// TestVerifyApp: the identity's app is the string claim auth.app_claim names ("app" unless
+// set); a missing claim, or one that is not a string, is no app.
+func TestVerifyApp(t *testing.T) {
+	tests := []struct {
+		name     string
+		appClaim string
+		claims   map[string]any
+		want     string
+	}{
+		{name: "default claim", claims: map[string]any{"app": "mobile"}, want: "mobile"},
+		{name: "no claim", claims: map[string]any{}, want: ""},
+		{name: "not a string", claims: map[string]any{"app": 7}, want: ""},
+		{name: "configured claim", appClaim: "azp", claims: map[string]any{"azp": "web", "app": "mobile"}, want: "web"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := allKeysConfig(t)
+			cfg.AppClaim = tt.appClaim
+			v := mustNew(t, cfg)
+			claims := goodClaims()
+			for k, val := range tt.claims {
+				claims[k] = val
+			}
+			id, err := v.Verify(sign(t, jwt.SigningMethodHS256, []byte(hsSecret()), claims, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id.App != tt.want {
+				t.Errorf("App = %q, want %q", id.App, tt.want)
+			}
+		})
+	}
+}

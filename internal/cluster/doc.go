@@ -5,7 +5,10 @@
 // order. A publication or transaction lost on the way is reported as a gap. On the replicator
 // it also records each transaction in the history of the tables it touched (Config.History,
 // internal/history), so a table subscription resuming on any node is replayed what it missed.
-// It declares the Transport, Hub, Tables and Presence it uses.
+// Deliver sends a durable subscription's delivery straight to the node holding the connection
+// (durable.Relay), on the caller's goroutine, since the transport queues and never blocks; the
+// receiver hands it to that node's Durable. It declares the Transport, Hub, Tables, Presence and
+// Durable it uses.
 //
 // # Interest
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/stream"
 )
 
@@ -179,6 +180,51 @@ func FuzzDecodeTxn(f *testing.F) {
 			t.Fatalf("%q decodes to a transaction that encodes to %q, which decodes to another (-first +second):\n%s", b, enc, diff)
 		}
 		if enc2, err := encodeTxn(txn2, idx); err != nil || !bytes.Equal(enc, enc2) {
+			t.Fatalf("encoding again gives %q, %v; want %q", enc2, err, enc)
+		}
+	})
+}
+
+func FuzzDecodeDurable(f *testing.F) {
+	ents := []durable.Entry{
+		{Msg: message("jobs/eu", 7, `{"job":1}`), Attempt: 2},
+		{Gap: &stream.Gap{First: stream.ChannelPosition("e", 3), Last: stream.ChannelPosition("e", 5), Lost: 3, Reason: stream.ReasonQueueFull}},
+		{Gap: &stream.Gap{Last: stream.ChannelPosition("e", 9), Reason: stream.ReasonUpstreamGap}},
+	}
+	b, err := encodeDurable(durable.Key{Subject: "alice", App: "web", Name: "jobs"}, "n1.c1", ents)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b[1:])
+	for _, s := range []string{
+		`{"s":"a","n":"j","c":"c","e":[]}`,
+		`{"s":"a","n":"j","c":"c","e":[{"m":{"pos":"e:1","ch":"x","d":1},"t":1},{"g":{"f":null,"l":"e:2","r":"parked"}}]}`,
+		`{"s":"","n":"j","c":"c"}`,
+		`{"s":"a","n":"j","c":"c","e":[{"g":{"l":null,"r":"x"}}]}`,
+		`[]`, `null`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		key, conn, ents, err := decodeDurable(b)
+		if err != nil {
+			return
+		}
+		if key.Subject == "" || key.Name == "" || conn == "" {
+			t.Fatalf("decodeDurable(%q) accepted %+v %q with no subject, name or connection", b, key, conn)
+		}
+		enc, err := encodeDurable(key, conn, ents)
+		if err != nil {
+			t.Fatalf("decodeDurable(%q) accepted what does not encode: %v", b, err)
+		}
+		key2, conn2, ents2, err := decodeDurable(enc[1:])
+		if err != nil {
+			t.Fatalf("the encoding %q does not decode: %v", enc, err)
+		}
+		if diff := cmp.Diff([]any{key, conn, ents}, []any{key2, conn2, ents2}, rawJSON, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("%q decodes to one value, its encoding %q to another (-first +second):\n%s", b, enc, diff)
+		}
+		if enc2, err := encodeDurable(key2, conn2, ents2); err != nil || !bytes.Equal(enc, enc2) {
 			t.Fatalf("encoding again gives %q, %v; want %q", enc2, err, enc)
 		}
 	})

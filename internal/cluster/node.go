@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
@@ -42,6 +43,15 @@ type Presence interface {
 	Apply(channel string, kind stream.PresenceKind, m stream.Member)
 }
 
+// Durable is this node's durable subscriptions, as the receiving side needs them.
+type Durable interface {
+	// Receive hands a delivery another node's step made to connection conn, bound here.
+	Receive(key durable.Key, conn string, ents []durable.Entry)
+	// Lost says that payloads from node from were lost on the way (among them, perhaps,
+	// durable deliveries).
+	Lost(from string)
+}
+
 // Tables is this node's router, as the receiving side needs it.
 type Tables interface {
 	// Accept routes a transaction (with only the events this node watches) to this node's
@@ -65,6 +75,7 @@ type Config struct {
 	Hub      Hub
 	Tables   Tables
 	Presence Presence // nil: presence events from other nodes are dropped
+	Durable  Durable  // nil: durable deliveries from other nodes are dropped
 	// History, on the replicator, is where Replicate records each transaction for the tables it
 	// touched, for resumes on any node (internal/history). nil: none is kept.
 	History history.Store
@@ -151,11 +162,12 @@ const (
 	KindChannel = iota
 	KindTable
 	KindPresence
+	KindDurable
 	kinds
 )
 
 // KindNames are the metric labels of the kinds.
-var KindNames = [kinds]string{"channel", "table", "presence"}
+var KindNames = [kinds]string{"channel", "table", "presence", "durable"}
 
 // New returns a node; Run starts it.
 func New(cfg Config) (*Node, error) {
@@ -264,6 +276,20 @@ func (n *Node) Relay(channel string, kind stream.PresenceKind, m stream.Member) 
 	}
 }
 
+// Deliver sends a durable subscription's delivery to connection conn on node (durable.Relay).
+// It goes straight to the transport, which queues it and never blocks: a full queue drops it,
+// and the destination reports the loss (Durable.Lost there).
+func (n *Node) Deliver(node string, key durable.Key, conn string, ents []durable.Entry) {
+	data, err := encodeDurable(key, conn, ents)
+	if err != nil {
+		n.stats.dropped[KindDurable].Add(1)
+		n.log.Error("cluster: a durable delivery does not encode", slog.String("key", key.String()), slog.Any("err", err))
+		return
+	}
+	n.stats.sent[KindDurable].Add(1)
+	n.cfg.Transport.Send(node, data)
+}
+
 // Receive queues a payload another node sent (the transport's reader calls it). A full queue
 // drops it and reports the loss as a gap from that node.
 func (n *Node) Receive(from string, data []byte) {
@@ -303,6 +329,8 @@ func kindOf(data []byte) int {
 		return KindTable
 	case len(data) > 0 && data[0] == kindPresence:
 		return KindPresence
+	case len(data) > 0 && data[0] == kindDurable:
+		return KindDurable
 	}
 	return KindChannel
 }
@@ -516,6 +544,9 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 		// A lost publication is a hole in its channel's offsets: reported when the next one
 		// arrives, or, when none does, once Verify has asked the broker how far it went.
 		n.cfg.Hub.Verify()
+		if n.cfg.Durable != nil {
+			n.cfg.Durable.Lost(in.from)
+		}
 		return
 	}
 	if len(in.data) == 0 {
@@ -562,6 +593,20 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 		n.stats.received[KindPresence].Add(1)
 		if n.cfg.Presence != nil {
 			n.cfg.Presence.Apply(p.Channel, p.Kind, p.Member)
+		}
+	case kindDurable:
+		key, conn, ents, err := decodeDurable(in.data[1:])
+		if err != nil {
+			n.stats.dropped[KindDurable].Add(1)
+			n.log.Error("cluster: a durable delivery from another node does not decode", slog.String("from", in.from), slog.Any("err", err))
+			if n.cfg.Durable != nil {
+				n.cfg.Durable.Lost(in.from)
+			}
+			return
+		}
+		n.stats.received[KindDurable].Add(1)
+		if n.cfg.Durable != nil {
+			n.cfg.Durable.Receive(key, conn, ents)
 		}
 	default:
 		n.stats.dropped[KindChannel].Add(1)

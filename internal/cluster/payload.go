@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/stream"
 )
 
@@ -17,7 +18,82 @@ const (
 	kindMessage  byte = 'm' // a channel publication
 	kindTxn      byte = 't' // a transaction's changes to tables the destination watches
 	kindPresence byte = 'p' // a presence join or leave
+	kindDurable  byte = 'd' // a durable subscription's delivery to one connection on the destination
 )
+
+// wireDurable is a durable subscription's delivery to one connection: the subscription's key,
+// the connection, and its entries (publications and markers) in order.
+type wireDurable struct {
+	Subject string       `json:"s"`
+	App     string       `json:"a,omitempty"`
+	Name    string       `json:"n"`
+	Conn    string       `json:"c"`
+	Entries []wireDEntry `json:"e"`
+}
+
+type wireDEntry struct {
+	Msg     *wireMessage `json:"m,omitempty"`
+	Gap     *wireGap     `json:"g,omitempty"`
+	Attempt int          `json:"t,omitempty"`
+}
+
+type wireGap struct {
+	First  stream.Position `json:"f"`
+	Last   stream.Position `json:"l"`
+	Lost   uint64          `json:"n,omitempty"`
+	Reason stream.Reason   `json:"r"`
+}
+
+func encodeDurable(key durable.Key, conn string, ents []durable.Entry) ([]byte, error) {
+	w := wireDurable{Subject: key.Subject, App: key.App, Name: key.Name, Conn: conn, Entries: make([]wireDEntry, 0, len(ents))}
+	for _, e := range ents {
+		we := wireDEntry{Attempt: e.Attempt}
+		switch {
+		case e.Msg != nil:
+			m := e.Msg
+			we.Msg = &wireMessage{Pos: m.Pos, Channel: m.Channel, Event: m.Event, Data: m.Data}
+		case e.Gap != nil:
+			g := e.Gap
+			we.Gap = &wireGap{First: g.First, Last: g.Last, Lost: g.Lost, Reason: g.Reason}
+		default:
+			continue
+		}
+		w.Entries = append(w.Entries, we)
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{kindDurable}, b...), nil
+}
+
+func decodeDurable(b []byte) (durable.Key, string, []durable.Entry, error) {
+	var w wireDurable
+	if err := json.Unmarshal(b, &w); err != nil {
+		return durable.Key{}, "", nil, err
+	}
+	if w.Subject == "" || w.Name == "" || w.Conn == "" {
+		return durable.Key{}, "", nil, errors.New("a durable delivery without a subject, a name or a connection")
+	}
+	ents := make([]durable.Entry, 0, len(w.Entries))
+	for _, we := range w.Entries {
+		switch {
+		case we.Msg != nil:
+			m := we.Msg
+			if !m.Pos.IsChannel() || m.Channel == "" {
+				return durable.Key{}, "", nil, errors.New("a durable publication without a channel position or a channel")
+			}
+			ents = append(ents, durable.Entry{Msg: &stream.Message{Pos: m.Pos, Channel: m.Channel, Event: m.Event, Data: m.Data}, Attempt: we.Attempt})
+		case we.Gap != nil:
+			g := we.Gap
+			if g.Last.IsZero() || g.Reason == "" {
+				return durable.Key{}, "", nil, errors.New("a durable marker without a last position or a reason")
+			}
+			ents = append(ents, durable.Entry{Gap: &stream.Gap{First: g.First, Last: g.Last, Lost: g.Lost, Reason: g.Reason}})
+		}
+	}
+	return durable.Key{Subject: w.Subject, App: w.App, Name: w.Name}, w.Conn, ents, nil
+}
 
 type wirePresence struct {
 	Channel string              `json:"ch"`

@@ -8,6 +8,7 @@ import (
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/presence"
 )
@@ -46,6 +47,7 @@ type Config struct {
 	PolicySection     PolicySection     `yaml:"policy"`
 	Redis             RedisSection      `yaml:"redis"`
 	Cluster           ClusterSection    `yaml:"cluster"`
+	Durable           DurableSection    `yaml:"durable"`
 
 	// sources maps a key to where Load found its value ("herald.yaml:14", "env HERALD_LISTEN"),
 	// so a Validate error can say which of the file and the environment to change. Written by
@@ -72,6 +74,9 @@ type AuthSection struct {
 	AllowAnonymous bool `yaml:"allow_anonymous"`
 	// AllowNoExpiry accepts tokens without an exp claim.
 	AllowNoExpiry bool `yaml:"allow_no_expiry"`
+	// AppClaim names the string claim that says which app a token was issued for: a durable
+	// subscription belongs to the token's subject and app.
+	AppClaim string `yaml:"app_claim"`
 }
 
 // APISection configures the HTTP publish API: the api.* keys.
@@ -121,6 +126,25 @@ type RedisSection struct {
 	URL string `yaml:"url" secret:"url"`
 	// Prefix starts every key, so several deployments can share one Redis.
 	Prefix string `yaml:"prefix"`
+}
+
+// DurableSection bounds durable subscriptions: the durable.* keys. See durable.Limits.
+type DurableSection struct {
+	// MaxItems and MaxBytes bound one durable subscription's queue; past either, its oldest
+	// messages no connection holds are shed, a queue_full resync in their place.
+	MaxItems int  `yaml:"max_items"`
+	MaxBytes Size `yaml:"max_bytes"`
+	// Lease is how long a connection holds a single subscription's message before it goes to
+	// another connection.
+	Lease time.Duration `yaml:"lease"`
+	// MaxAttempts is how many deliveries of one message are made before it is parked.
+	MaxAttempts int `yaml:"max_attempts"`
+	// MaxInFlight is how many unacknowledged messages one connection holds at once.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// IdleTTL is how long a durable subscription outlives its last connection.
+	IdleTTL time.Duration `yaml:"idle_ttl"`
+	// MaxPerHolder is how many durable subscriptions one identity and app keep.
+	MaxPerHolder int `yaml:"max_per_holder"`
 }
 
 // ClusterSection configures this node among many: the cluster.* keys. Used only with redis.url.
@@ -222,7 +246,8 @@ func Default() *Config {
 		LogFormat:       "text",
 		ShutdownTimeout: 10 * time.Second,
 		AuthSection: AuthSection{
-			Leeway: auth.DefaultLeeway,
+			Leeway:   auth.DefaultLeeway,
+			AppClaim: auth.DefaultAppClaim,
 		},
 		Channels: ChannelsSection{
 			FanoutQueue:      channel.DefaultQueueLen,
@@ -273,7 +298,23 @@ func Default() *Config {
 		Redis: RedisSection{
 			Prefix: "herald",
 		},
+		Durable: DurableSection{
+			MaxItems:     durable.DefaultMaxItems,
+			MaxBytes:     durable.DefaultMaxBytes,
+			Lease:        durable.DefaultLease,
+			MaxAttempts:  durable.DefaultMaxAttempts,
+			MaxInFlight:  durable.DefaultMaxInFlight,
+			IdleTTL:      durable.DefaultIdleTTL,
+			MaxPerHolder: durable.DefaultMaxPerHolder,
+		},
 	}
+}
+
+// DurableLimits returns the durable subscriptions' bounds.
+func (c *Config) DurableLimits() durable.Limits {
+	d := c.Durable
+	return durable.Limits{MaxItems: d.MaxItems, MaxBytes: int(d.MaxBytes), Lease: d.Lease, MaxAttempts: d.MaxAttempts,
+		MaxInFlight: d.MaxInFlight, IdleTTL: d.IdleTTL, MaxPerHolder: d.MaxPerHolder}
 }
 
 // FanoutConfig returns the channel hub's fan-out bounds and its channels' history; the caller
@@ -339,6 +380,7 @@ func (c *Config) Auth() auth.Config {
 		Leeway:         leeway,
 		AllowNoExpiry:  s.AllowNoExpiry,
 		AllowAnonymous: s.AllowAnonymous,
+		AppClaim:       s.AppClaim,
 	}
 }
 

@@ -70,6 +70,7 @@ auth:
   leeway: 0s
   allow_anonymous: true
   allow_no_expiry: true
+  app_claim: azp
 api:
   keys: [` + testAPIKey + `]
 channels:
@@ -140,6 +141,14 @@ redis:
 cluster:
   node_id: node-a
   advertise_url: http://10.0.0.5:9090
+durable:
+  max_items: 50
+  max_bytes: 64KiB
+  lease: 5s
+  max_attempts: 3
+  max_in_flight: 2
+  idle_ttl: 1h
+  max_per_holder: 4
 `
 
 func fullConfig() *Config {
@@ -159,6 +168,7 @@ func fullConfig() *Config {
 			Leeway:         0,
 			AllowAnonymous: true,
 			AllowNoExpiry:  true,
+			AppClaim:       "azp",
 		},
 		API: APISection{Keys: []string{testAPIKey}},
 		Channels: ChannelsSection{ClientPublish: true, FanoutQueue: 64, FanoutDeliveries: 5000, FanoutBytes: 2 * MiB, PublishWait: 3 * time.Second,
@@ -203,6 +213,8 @@ func fullConfig() *Config {
 		},
 		Redis:   RedisSection{URL: "redis://:redis-pass-Xy7@cache.internal:6379/2", Prefix: "rt"},
 		Cluster: ClusterSection{NodeID: "node-a", AdvertiseURL: "http://10.0.0.5:9090"},
+		Durable: DurableSection{MaxItems: 50, MaxBytes: 64 * KiB, Lease: 5 * time.Second, MaxAttempts: 3, MaxInFlight: 2,
+			IdleTTL: time.Hour, MaxPerHolder: 4},
 	}
 }
 

@@ -52,7 +52,7 @@ func (c *Config) Problems() []error {
 // checks are Validate's checks, in order. Each stands alone: none relies on an earlier one
 // having passed, so Problems may run them all.
 func (c *Config) checks() []func() error {
-	return []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChannels, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster}
+	return []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChannels, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster, c.checkDurable}
 }
 
 // bad builds the error for key, with where its value came from.
@@ -269,6 +269,25 @@ func (c *Config) checkPresence() error {
 			p.MaxMetaBytes, RosterMemberOverhead, roster, lane.Name, c.Limits.ControlLaneBytes),
 			k.fix(fmt.Sprintf("at most %d", int64(half)/int64(p.MaxMetaBytes+RosterMemberOverhead)), exampleFor(k))+
 				fmt.Sprintf(", or lower presence.max_meta_bytes (%s), or raise %s (%s)", mustKey("presence.max_meta_bytes").Env, lane.Name, lane.Env))
+	}
+	return nil
+}
+
+// checkDurable refuses a lease or idle TTL too short to keep, and a queue too small for one
+// message.
+func (c *Config) checkDurable() error {
+	d := c.Durable
+	if d.Lease < time.Second {
+		k := mustKey("durable.lease")
+		return c.bad(k.Name, fmt.Sprintf("is %s, shorter than 1s: a client could not ack a message in time", d.Lease), k.fix("at least 1s", exampleFor(k)))
+	}
+	if d.IdleTTL < time.Second {
+		k := mustKey("durable.idle_ttl")
+		return c.bad(k.Name, fmt.Sprintf("is %s, shorter than 1s: a reconnect would find its queue gone", d.IdleTTL), k.fix("at least 1s", exampleFor(k)))
+	}
+	if d.MaxBytes < KiB {
+		k := mustKey("durable.max_bytes")
+		return c.bad(k.Name, fmt.Sprintf("is %s, less than 1KiB", d.MaxBytes), k.fix("at least 1KiB", exampleFor(k)))
 	}
 	return nil
 }

@@ -155,6 +155,12 @@ func TestValidate(t *testing.T) {
 		{name: "advertise url without a host", change: func(c *Config) { c.Cluster.AdvertiseURL = "http:///x" }, wantKey: "cluster.advertise_url",
 			wantFix: []string{"HERALD_CLUSTER_ADVERTISE_URL=http://10.0.0.5:8080"}},
 		{name: "advertise url ws", change: func(c *Config) { c.Cluster.AdvertiseURL = "ws://10.0.0.5:8080" }, wantKey: "cluster.advertise_url"},
+		{name: "durable lease under a second", change: func(c *Config) { c.Durable.Lease = 500 * time.Millisecond },
+			wantKey: "durable.lease", wantDetail: "shorter than 1s", wantFix: []string{"HERALD_DURABLE_LEASE"}},
+		{name: "durable idle ttl under a second", change: func(c *Config) { c.Durable.IdleTTL = time.Millisecond },
+			wantKey: "durable.idle_ttl", wantDetail: "shorter than 1s"},
+		{name: "durable queue under a KiB", change: func(c *Config) { c.Durable.MaxBytes = 100 },
+			wantKey: "durable.max_bytes", wantDetail: "less than 1KiB"},
 		{name: "presence ttl under a second", change: func(c *Config) { c.Presence.TTL = 500 * time.Millisecond },
 			wantKey: "presence.ttl", wantDetail: "shorter than 1s"},
 		{name: "presence roster past the control lane", change: func(c *Config) {
@@ -248,7 +254,7 @@ func TestConversions(t *testing.T) {
 		want := auth.Config{
 			Secrets: []string{testSecret, testSecret2}, PublicKeys: []string{"/etc/herald/a.pem", "/etc/herald/b.pem"},
 			JWKSFile: "/etc/herald/jwks.json", Issuer: "https://auth.example.com/", Audience: "herald",
-			Leeway: -1, AllowAnonymous: true, AllowNoExpiry: true,
+			Leeway: -1, AllowAnonymous: true, AllowNoExpiry: true, AppClaim: "azp",
 		}
 		if d := cmp.Diff(want, got, cmp.Comparer(func(a, b func() time.Time) bool { return a == nil && b == nil })); d != "" {
 			t.Errorf("Auth() mismatch (-want +got):\n%s", d)

@@ -19,6 +19,21 @@ type Frame struct {
 	// Pos is the frame's opaque stream position (an LSN like "16/B374D848", or
 	// "epoch:offset"). A Marker names its lost range with these.
 	Pos string
+	// First, when set, says the frame stands for a range of items, First to Pos, Lost of them
+	// (0: unknown): a resync a producer queues in line with its data (a durable
+	// subscription's queue, which lost them before this connection's lanes). Lost itself, the
+	// frame puts that range into its key's marker, so the client is still told.
+	First string
+	Lost  uint64
+}
+
+// lostRange is what losing f puts into its key's marker: its own position, one item; or, for a
+// frame standing for a range, that range.
+func (f *Frame) lostRange() (first string, count uint64) {
+	if f.First != "" {
+		return f.First, f.Lost
+	}
+	return f.Pos, 1
 }
 
 // Size is the frame's length on the wire, which is what the data lane's byte bound counts.
@@ -191,7 +206,8 @@ func (l *Lanes) PushDataDeferred(f Frame) (ok, wake bool) {
 	if m := l.markers.get(f.Key); m != nil {
 		// Rule 2: the key's gap is still open, so this frame joins it. Admitting it would put
 		// a frame from after the gap ahead of the marker that announces the gap.
-		return l.widenLocked(m, f.Pos, 1), false
+		_, count := f.lostRange()
+		return l.widenLocked(m, f.Pos, count), false
 	}
 	switch {
 	case size > l.cfg.MaxDataBytes:
@@ -215,7 +231,8 @@ func (l *Lanes) Wake() { l.signal(true) }
 // loseLocked puts f into f.Key's gap, opening it, and unlocks mu. It returns false so
 // PushData can return its result.
 func (l *Lanes) loseLocked(f Frame, reason DropReason) bool {
-	return l.openLocked(f.Key, f.Pos, f.Pos, 1, reason)
+	first, count := f.lostRange()
+	return l.openLocked(f.Key, first, f.Pos, count, reason)
 }
 
 // Gap marks a gap in key's stream: the items from first to last, count of them (0 when the

@@ -98,3 +98,31 @@ func nextMarker(t *testing.T, l *Lanes) *Marker {
 		}
 	}
 }
+
+// TestRangeFrameInLine: a frame that stands for a range (First set: a resync a producer queues
+// in line with its data) goes out in order with the key's data, which is not held back behind
+// it; lost itself, it puts its whole range into its key's marker.
+func TestRangeFrameInLine(t *testing.T) {
+	l := newLanes(t, Config{MaxDataFrames: 2})
+	l.PushData(Frame{Key: "k", Pos: "e:1", Body: []byte("a")})
+	l.PushData(Frame{Key: "k", Pos: "e:4", First: "e:2", Lost: 3, Body: []byte("resync")})
+	// The lane is full: the next range frame is lost with its range, and so is what follows
+	// while its marker waits.
+	l.PushData(Frame{Key: "k", Pos: "e:8", First: "e:5", Lost: 4, Body: []byte("resync")})
+	l.PushData(Frame{Key: "k", Pos: "e:9", Body: []byte("b")})
+	var b Batch
+	if err := l.Next(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range b.Items {
+		got = append(got, render(it))
+	}
+	if len(got) != 2 || got[0] != "d:k@e:1" || got[1] != "d:k@e:4" {
+		t.Fatalf("first batch %v, want the frame and the range frame, in order", got)
+	}
+	m := nextMarker(t, l)
+	if m.First != "e:5" || m.Last != "e:9" || m.Lost != 5 || m.Reason != ReasonLaneFull {
+		t.Errorf("marker %+v, want e:5..e:9, 5 lost, lane_full", *m)
+	}
+}

@@ -58,8 +58,8 @@ const (
 	CodeBadPosition Code = "bad_position"
 	// CodePublishNotAllowed (403): policy does not let this identity publish to the channel.
 	CodePublishNotAllowed Code = "publish_not_allowed"
-	// CodeNotImplemented (501): a reserved part of the protocol this server does not serve
-	// yet: subscribe mode "single", ack.
+	// CodeNotImplemented (501): a part of the protocol this server does not serve yet: a
+	// durable subscription to a table.
 	CodeNotImplemented Code = "not_implemented"
 	// CodePolicyError (500): a policy rule failed to evaluate. For a row rule this is sent
 	// without a request id, alongside a resync for the affected subscription.
@@ -69,6 +69,10 @@ const (
 	// CodePresenceFull (429): a channel's presence already holds its most members
 	// (presence.max_members); a member that is already there may still update its meta.
 	CodePresenceFull Code = "presence_full"
+	// CodeDurableConflict (409): the identity and app already hold a durable subscription of
+	// this name with another definition (channel, event or mode); the existing one is
+	// unaffected.
+	CodeDurableConflict Code = "durable_conflict"
 	// CodeUnavailable (503): a dependency is down (the changefeed, the store), or the node is too
 	// busy to take a publication (its fan-out queue stayed full); try again later.
 	CodeUnavailable Code = "unavailable"
@@ -98,6 +102,7 @@ var codeStatus = map[Code]int{
 	CodeInternal:              500,
 	CodeUnavailable:           503,
 	CodePresenceFull:          429,
+	CodeDurableConflict:       409,
 }
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them, for metrics that
@@ -109,7 +114,7 @@ func Codes() []Code {
 		CodeDuplicateSubscription, CodeTooManySubscriptions, CodeTooManyConnections,
 		CodeRateLimited, CodeTooSlow, CodeBadFilter, CodeUnknownTable, CodeUnknownColumn, CodeBadPosition,
 		CodePublishNotAllowed, CodeNotImplemented, CodePolicyError, CodeInternal, CodeUnavailable,
-		CodePresenceFull,
+		CodePresenceFull, CodeDurableConflict,
 	}
 }
 

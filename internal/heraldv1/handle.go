@@ -138,7 +138,11 @@ func (c *Conn) handle(ctx context.Context, f wire.Frame) {
 			c.Send(we)
 		}
 	case *wire.Unsubscribe:
-		if err := c.s.Unsubscribe(f.Sub); err != nil {
+		unsubscribe := func() error { return c.s.Unsubscribe(f.Sub) }
+		if f.Forget {
+			unsubscribe = func() error { return c.s.Forget(ctx, f.Sub) }
+		}
+		if err := unsubscribe(); err != nil {
 			c.Send(errorFrame(f.ID, err, ""))
 			return
 		}
@@ -171,8 +175,11 @@ func (c *Conn) handle(ctx context.Context, f wire.Frame) {
 	case *wire.Ping:
 		c.Send(&wire.Pong{ID: f.ID})
 	case *wire.Ack:
-		c.Send(&wire.Error{ID: f.ID, Code: wire.CodeNotImplemented,
-			Message: "acknowledged delivery is reserved in protocol v1 and this server does not serve it yet; use mode broadcast"})
+		// Answered by nothing on success: a client acking every message need not read a reply
+		// for each.
+		if err := c.s.Ack(ctx, f.Sub, f.Pos); err != nil {
+			c.Send(errorFrame(f.ID, err, "pos"))
+		}
 	default:
 		c.Send(&wire.Error{Code: wire.CodeUnknownType, Message: fmt.Sprintf("frame type %q is not one a client sends", f.Type())})
 	}
@@ -188,12 +195,9 @@ func (c *Conn) Subscribe(ctx context.Context, f *wire.Subscribe) *wire.Error {
 }
 
 func (c *Conn) subscribe(ctx context.Context, f *wire.Subscribe) *wire.Error {
-	if f.Mode == wire.ModeSingle {
-		return &wire.Error{ID: f.ID, Code: wire.CodeNotImplemented, Field: "mode",
-			Message: `mode "single" (acknowledged delivery) is reserved in protocol v1 and not served yet; use "broadcast"`}
-	}
 	err := c.s.Subscribe(ctx, session.SubscribeRequest{Ref: f.ID, Sub: f.Sub, Table: f.Table, Filter: f.Filter,
-		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence})
+		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence,
+		Durable: f.Durable || f.Mode == wire.ModeSingle, Single: f.Mode == wire.ModeSingle})
 	if err != nil {
 		return errorFrame(f.ID, err, "channel")
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/auth"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/session"
 	"github.com/heraldrt/herald/internal/stream"
 	"github.com/heraldrt/herald/internal/wire"
@@ -85,6 +86,16 @@ func (failingChannels) Subscribe(stream.Receiver, string, string, string, stream
 	return session.ChannelSubscription{}, errors.New("disk on fire")
 }
 
+// noDurable binds nothing and knows no durable subscription.
+type noDurable struct{}
+
+func (noDurable) Bind(context.Context, stream.Receiver, string, session.SubscribeRequest, func(*fault.Error)) (session.DurableSubscription, error) {
+	return session.DurableSubscription{}, &fault.Error{Code: fault.CodeUnavailable}
+}
+func (noDurable) Forget(context.Context, auth.Identity, string) error {
+	return &fault.Error{Code: fault.CodeNotFound, Field: "sub"}
+}
+
 // TestReplies: each client frame is answered with the herald.v1 frame its outcome on the
 // session core calls for, quoting the request's id: the core's typed results and refusals,
 // the verifier's, and a producer's, each mapped to its code.
@@ -100,11 +111,24 @@ func TestReplies(t *testing.T) {
 		{name: "ping", frame: &wire.Ping{ID: "1"}, want: &wire.Pong{ID: "1"}},
 		{name: "connect again", frame: &wire.Connect{ID: "1"},
 			want: &wire.Error{ID: "1", Code: wire.CodeBadFrame, Field: "type"}},
-		{name: "ack", frame: &wire.Ack{ID: "1", Sub: "s", Pos: stream.ChannelPosition("e", 1)},
-			want: &wire.Error{ID: "1", Code: wire.CodeNotImplemented}},
-		{name: "subscribe in mode single", deps: session.Deps{Channels: fakeChannels{}},
+		{name: "ack of no subscription", frame: &wire.Ack{ID: "1", Sub: "s", Pos: stream.ChannelPosition("e", 1)},
+			want: &wire.Error{ID: "1", Code: wire.CodeNotFound, Field: "sub"}},
+		{name: "ack of a broadcast subscription", deps: session.Deps{Channels: fakeChannels{}},
+			before: []wire.Frame{&wire.Subscribe{ID: "0", Sub: "s", Channel: "c"}},
+			frame:  &wire.Ack{ID: "1", Sub: "s", Pos: stream.ChannelPosition("e", 1)},
+			want:   &wire.Error{ID: "1", Code: wire.CodeNotFound, Field: "sub"}},
+		{name: "subscribe in mode single with none served", deps: session.Deps{Channels: fakeChannels{}},
 			frame: &wire.Subscribe{ID: "1", Sub: "s", Channel: "c", Mode: wire.ModeSingle},
+			want:  &wire.Error{ID: "1", Code: wire.CodeUnavailable, Field: "mode"}},
+		{name: "durable subscribe to a table", deps: session.Deps{Channels: fakeChannels{}},
+			frame: &wire.Subscribe{ID: "1", Sub: "s", Table: "public.t", Durable: true},
 			want:  &wire.Error{ID: "1", Code: wire.CodeNotImplemented, Field: "mode"}},
+		{name: "forget a subscription that is not durable", deps: session.Deps{Channels: fakeChannels{}, Durable: noDurable{}},
+			before: []wire.Frame{&wire.Subscribe{ID: "0", Sub: "s", Channel: "c"}},
+			frame:  &wire.Unsubscribe{ID: "1", Sub: "s", Forget: true},
+			want:   &wire.Error{ID: "1", Code: wire.CodeBadFrame, Field: "forget"}},
+		{name: "forget with none kept", frame: &wire.Unsubscribe{ID: "1", Sub: "s", Forget: true},
+			want: &wire.Error{ID: "1", Code: wire.CodeNotFound, Field: "sub"}},
 		{name: "subscribe to a channel", deps: session.Deps{Channels: fakeChannels{}},
 			frame: &wire.Subscribe{ID: "1", Sub: "s", Channel: "c"}, want: &wire.Subscribed{ID: "1", Sub: "s"}},
 		{name: "subscribe with no channels served", frame: &wire.Subscribe{ID: "1", Sub: "s", Channel: "c"},

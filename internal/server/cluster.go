@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/cluster"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
@@ -29,12 +30,16 @@ type peers struct {
 	interest  *redisstore.Interest
 	transport *redisstore.Transport
 	presence  *redisstore.Presence
-	history   *redisstore.History // the tables' history, for resumes on any node
-	beacon    *redisstore.Beacon  // who replicates: its node id while its stream is live
-	nodes     *redisstore.Nodes   // the registry of live nodes and their URLs; set by register
-	node      *cluster.Node
-	hub       *hubRef
-	log       *slog.Logger
+	durable   *redisstore.Durable // durable subscriptions' queues and leases
+	// durables receives the durable deliveries other nodes make to this node's connections;
+	// set before start.
+	durables cluster.Durable
+	history  *redisstore.History // the tables' history, for resumes on any node
+	beacon   *redisstore.Beacon  // who replicates: its node id while its stream is live
+	nodes    *redisstore.Nodes   // the registry of live nodes and their URLs; set by register
+	node     *cluster.Node
+	hub      *hubRef
+	log      *slog.Logger
 
 	mu        sync.Mutex
 	healthErr error // guarded by mu: why Redis did not answer the last probe; nil when it did
@@ -54,7 +59,7 @@ func (r *hubRef) Verify()                         { r.h.Verify() }
 
 // newPeers connects to the shared Redis; tables bounds each table's history there, channels
 // each channel's.
-func newPeers(cfg ClusterConfig, tables history.Config, channels channel.HistoryConfig, log *slog.Logger) (*peers, error) {
+func newPeers(cfg ClusterConfig, tables history.Config, channels channel.HistoryConfig, lim durable.Limits, log *slog.Logger) (*peers, error) {
 	id := cfg.NodeID
 	if id == "" {
 		var b [8]byte
@@ -81,6 +86,7 @@ func newPeers(cfg ClusterConfig, tables history.Config, channels channel.History
 		return fail(err)
 	}
 	p.presence = redisstore.NewPresence(c)
+	p.durable = redisstore.NewDurable(c, lim)
 	if p.history, err = redisstore.NewHistory(c, tables); err != nil {
 		return fail(err)
 	}
@@ -92,7 +98,7 @@ func newPeers(cfg ClusterConfig, tables history.Config, channels channel.History
 func (p *peers) start(hub *channel.Hub, tables cluster.Tables, pres *presence.Presence) error {
 	p.hub.h = hub
 	cfg := cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables,
-		Presence: applier{pres}, Logger: p.log}
+		Presence: applier{pres}, Durable: p.durables, Logger: p.log}
 	if tables != nil {
 		// Should this node replicate, it records each transaction in the tables' history.
 		cfg.History = p.history
@@ -113,6 +119,11 @@ type applier struct{ p *presence.Presence }
 
 func (a applier) Apply(channel string, kind stream.PresenceKind, m stream.Member) {
 	a.p.Apply(channel, presence.Event{Kind: kind, Member: m})
+}
+
+// Deliver is the durable registry's Relay: a delivery to a connection on another node.
+func (p *peers) Deliver(node string, key durable.Key, conn string, ents []durable.Entry) {
+	p.node.Deliver(node, key, conn, ents)
 }
 
 // Forward is the hub's Remote until the node exists (it does before anything publishes).

@@ -43,6 +43,7 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		Policy:       c.Policy(),
 		PolicyConfig: c.PolicyConfig(),
 		Presence:     c.PresenceConfig(),
+		Durable:      c.DurableLimits(),
 		Fanout:       c.FanoutConfig(),
 		HistoryBytes: int(c.ChangefeedSection.HistoryBytes),
 		HistoryAge:   c.ChangefeedSection.HistoryAge,

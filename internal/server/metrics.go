@@ -103,6 +103,13 @@ var (
 	mChannelRefusals = counter("herald_policy_channel_refusals_total", "Channel requests the policy refused, by action (subscribe, publish, presence) and code (forbidden, policy_error).", "action", "code")
 	mPresenceMembers = gauge("herald_presence_members", "Presence members this node's connections hold, in every channel.")
 	mPresenceChans   = gauge("herald_presence_channels", "Channels this node keeps presence for: members, presence subscribers or a sweep claim.")
+	mDurableSubs     = gauge("herald_durable_subscriptions", "Durable subscriptions this node feeds from its channel hub.")
+	mDurableDepth    = gauge("herald_durable_queue_depth", "Messages queued in the durable subscriptions this node feeds, leased ones included, as last seen.")
+	mDurableDeliv    = counter("herald_durable_deliveries_total", "Durable messages handed out by this node's steps: one per connection for a broadcast, one per lease for a single.")
+	mDurableAcks     = counter("herald_durable_acks_total", "Single messages settled by an ack.")
+	mDurableRetries  = counter("herald_durable_retries_total", "Single leases that ended without an ack (expired, or their connection went); the message is offered again.")
+	mDurableParked   = counter("herald_durable_parked_total", "Single messages parked after durable.max_attempts deliveries without an ack.")
+	mDurableDropped  = counter("herald_durable_dropped_total", "Durable messages shed by a full queue (a queue_full resync in their place).")
 
 	mStreaming         = gauge("herald_changefeed_streaming", "1 while the replication stream is live on this node.")
 	mLeader            = gauge("herald_changefeed_leader", "1 while this node holds the slot's leader lock.")
@@ -150,7 +157,7 @@ var (
 	mOrderGaps     = counter("herald_channel_order_gaps_total", "Channel offsets that did not arrive from another node within the order wait: each a gap to the channel's subscribers here.")
 	mForwarded     = counter("herald_sse_commands_forwarded_total", "SSE commands posted to this node for a stream another node holds, by outcome: relayed (whatever the answer), unknown_node (404), lookup_failed and unreachable (503).", "outcome")
 	mOrderLate     = counter("herald_channel_order_late_total", "Channel publications from other nodes that arrived after their offset was handed on or reported lost, and were dropped.")
-	allSeries      = []series{mReady, mConnections, mSessions, mSessionsTotal, mSubscriptions, mSubscriptionsTot, mResumes, mSocketsOpen, mSocketsRefused, mDataWritten, mControlWritten, mControlRefused, mMarkers, mFramesLost, mBusDeliveries, mUnavailable, mPublished, mFanoutQueued, mPublishRefused, mChannelRefusals, mPresenceMembers, mPresenceChans, mStreaming, mLeader, mLagBytes, mLastCommit, mConfirmFailures, mConfirmFailingNow, mRestarts, mTxns, mChanges, mOverflows, mSlotUp, mSlotActive, mSlotWALStatus, mSlotRetained, mSlotLag, mSlotSafe, mSlotReadFailures, mDeliveries, mEvaluations, mRouterGaps, mTableSubs, mRuleEvaluations, mRuleErrors, mRowsDenied, mTableRefusals, mRedisUp, mRedisErrors, mRedisCommands, mRedisTrips, mBusSent, mBusSentBytes, mBusReceived, mBusRecvBytes, mBusDropped, mBusGaps, mBusQueued, mItemsSent, mItemsReceived, mItemsDropped, mClusterGaps, mClusterQueued, mInterestReads, mOrderGaps, mOrderLate, mForwarded}
+	allSeries      = []series{mReady, mConnections, mSessions, mSessionsTotal, mSubscriptions, mSubscriptionsTot, mResumes, mSocketsOpen, mSocketsRefused, mDataWritten, mControlWritten, mControlRefused, mMarkers, mFramesLost, mBusDeliveries, mUnavailable, mPublished, mFanoutQueued, mPublishRefused, mChannelRefusals, mPresenceMembers, mPresenceChans, mDurableSubs, mDurableDepth, mDurableDeliv, mDurableAcks, mDurableRetries, mDurableParked, mDurableDropped, mStreaming, mLeader, mLagBytes, mLastCommit, mConfirmFailures, mConfirmFailingNow, mRestarts, mTxns, mChanges, mOverflows, mSlotUp, mSlotActive, mSlotWALStatus, mSlotRetained, mSlotLag, mSlotSafe, mSlotReadFailures, mDeliveries, mEvaluations, mRouterGaps, mTableSubs, mRuleEvaluations, mRuleErrors, mRowsDenied, mTableRefusals, mRedisUp, mRedisErrors, mRedisCommands, mRedisTrips, mBusSent, mBusSentBytes, mBusReceived, mBusRecvBytes, mBusDropped, mBusGaps, mBusQueued, mItemsSent, mItemsReceived, mItemsDropped, mClusterGaps, mClusterQueued, mInterestReads, mOrderGaps, mOrderLate, mForwarded}
 )
 
 // nodeCollector writes the node's series from the components' counters when scraped.
@@ -220,6 +227,14 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(mPresenceMembers, float64(s.presence.Members()))
 	emit(mPresenceChans, float64(s.presence.Channels()))
+	ds := s.durable.Stats()
+	emit(mDurableSubs, float64(ds.Subscriptions))
+	emit(mDurableDepth, float64(ds.Depth))
+	emit(mDurableDeliv, float64(ds.Delivered))
+	emit(mDurableAcks, float64(ds.Acked))
+	emit(mDurableRetries, float64(ds.Retried))
+	emit(mDurableParked, float64(ds.Parked))
+	emit(mDurableDropped, float64(ds.Dropped))
 
 	if s.feed != nil {
 		c.collectTables(emit, b2f)

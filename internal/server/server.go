@@ -28,6 +28,7 @@ import (
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
@@ -87,6 +88,13 @@ type Config struct {
 	// Presence configures channel presence (the presence.* keys); its store is this node's
 	// memory.
 	Presence presence.Config
+	// Durable bounds durable subscriptions (the durable.* keys); zero fields take durable's
+	// defaults. Alone, a node keeps them in its memory.
+	Durable durable.Limits
+	// DurableTick and DurableOwnerTTL, when set, are how often the durable subscriptions'
+	// leases are looked at, and how long a node's claim to feed one lasts (durable.Config);
+	// tests set them.
+	DurableTick, DurableOwnerTTL time.Duration
 	// HistoryBytes and HistoryAge bound the table history a resumed subscription is replayed
 	// from (changefeed.history_bytes, changefeed.history_age); zero: the defaults. On one node
 	// they bound the router's one history of every table; among many, each table's history in
@@ -138,6 +146,7 @@ type Server struct {
 	bus      *bus.Memory
 	channels *channels
 	presence *presence.Presence
+	durable  *durable.Registry
 	tables   *tables // nil without a changefeed
 	policy   *gate
 	// policyFailed carries the error that stopped the policy's compilation once the stream
@@ -197,7 +206,7 @@ func New(cfg Config) (*Server, error) {
 	var presStore presence.Store = memory.NewPresence()
 	fanout := cfg.Fanout
 	if cfg.Cluster.Enabled() {
-		if pr, err = newPeers(cfg.Cluster, history.Config{MaxBytes: cfg.HistoryBytes, MaxAge: cfg.HistoryAge}, cfg.Fanout.History, cfg.Logger); err != nil {
+		if pr, err = newPeers(cfg.Cluster, history.Config{MaxBytes: cfg.HistoryBytes, MaxAge: cfg.HistoryAge}, cfg.Fanout.History, cfg.Durable, cfg.Logger); err != nil {
 			return nil, err
 		}
 		fanout.Broker, fanout.Remote, presStore = pr.broker, pr, pr.presence
@@ -223,7 +232,23 @@ func New(cfg Config) (*Server, error) {
 		pr.close()
 		return nil, err
 	}
+	dcfg := durable.Config{Limits: cfg.Durable, Tick: cfg.DurableTick, OwnerTTL: cfg.DurableOwnerTTL, Logger: cfg.Logger}
+	var dstore durable.Store = memory.NewDurable(cfg.Durable)
+	if pr != nil {
+		// Among many nodes the subscriptions are in Redis; deliveries to a connection on another
+		// node go there with the publications.
+		dcfg.Node, dcfg.Relay, dstore = pr.id, pr, pr.durable
+	}
+	dreg, err := durable.New(dcfg, dstore, durableFeed{chans})
+	if err != nil {
+		pr.close()
+		return nil, err
+	}
+	if pr != nil {
+		pr.durables = dreg
+	}
 	s := &Server{
+		durable:  dreg,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		verifier: v,
@@ -534,7 +559,17 @@ func (s *Server) Run(ctx context.Context) error {
 			defer func() { stopPeers(); <-followed }()
 		}
 	}
-	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence, s.unavail}}
+	deps := session.Deps{Channels: s.channels, Verifier: s.verifier, Policy: s.policy, Presence: presences{s.presence, s.unavail},
+		Durable: durables{r: s.durable}}
+	if s.peers != nil {
+		deps.Durable = durables{r: s.durable, node: s.peers.id}
+	}
+	// The durable subscriptions' worker: it stops once the sessions have (they unbind as they
+	// close), and ends the hub subscriptions that feed them.
+	durableCtx, stopDurable := context.WithCancel(context.WithoutCancel(ctx))
+	durableDone := make(chan struct{})
+	go func() { defer close(durableDone); s.durable.Run(durableCtx) }()
+	defer func() { stopDurable(); <-durableDone }()
 	// Presence's one sweeper: it stops once the sessions have (they untrack as they close).
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
 	swept := make(chan struct{})

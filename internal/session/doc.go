@@ -2,7 +2,7 @@
 // it: its identity, its subscriptions, its lanes, and the writer that drains them onto its
 // Transport. It speaks in typed operations (Subscribe, Unsubscribe, Publish, Refresh) that a
 // protocol's package calls once it has decoded a request (internal/heraldv1 for herald.v1;
-// also Track and Untrack for presence),
+// also Track and Untrack for presence, Ack and Forget for durable subscriptions),
 // returning typed results and client-facing refusals (*fault.Error) for the protocol to encode.
 // The core writes no protocol's bytes itself: it imports no protocol package. What it must queue
 // on its own (a subscription's reply that it is live, ahead of its data; the token's expiring
@@ -54,6 +54,17 @@
 // refresh judges every tracked channel again by its presence rule and untracks each one the new
 // claims fail, with an unprompted Codec.Fault naming the channel. The
 // presence lock is taken before mu: a session calls into presence outside mu.
+//
+// # Durable subscriptions
+//
+// A subscribe with Durable binds the connection to the identity's durable subscription of that
+// name through Deps.Durable (the node's durable registry), which outlives the connection: its
+// producer pushes the subscription's messages to the session like any other, and its markers
+// too, but those are queued in line with the data (delivery.Frame.First) rather than as the
+// lanes' marker, which the messages after them would join: the durable queue reported exactly
+// what it lost, and what follows is not part of it. Ack settles a message of one with
+// acknowledged delivery (Single); Forget deletes one, bound here or not. When another
+// connection deletes it, the registry ends this one with an unprompted Codec.Ended (endDurable).
 //
 // # Concurrency
 //

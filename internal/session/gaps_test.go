@@ -86,7 +86,8 @@ func gapItem(reason stream.Reason) *stream.Item {
 
 // TestEveryGapTakesOnePath enumerates the sources of a gap: the lanes' own (a full lane, an
 // item too large for the lane), the producers' (a transaction too large to hold, a change
-// whose effect could not be told, a rule that failed, a hop upstream that lost items) and a
+// whose effect could not be told, a rule that failed, a hop upstream that lost items, a durable
+// subscription's queue that overflowed or parked an item) and a
 // resume the history cannot serve. Each ends as exactly one marker of the lanes (the path
 // delivery.Lanes.Gap documents), written as one resync with its reason.
 func TestEveryGapTakesOnePath(t *testing.T) {
@@ -102,6 +103,9 @@ func TestEveryGapTakesOnePath(t *testing.T) {
 		{reason: stream.ReasonIncompleteImage, push: []*stream.Item{gapItem(stream.ReasonIncompleteImage)}},
 		{reason: stream.ReasonPolicyError, push: []*stream.Item{gapItem(stream.ReasonPolicyError)}},
 		{reason: stream.ReasonUpstreamGap, push: []*stream.Item{gapItem(stream.ReasonUpstreamGap)}},
+		// A durable subscription's markers reach its connections as the producer's gaps.
+		{reason: stream.ReasonQueueFull, push: []*stream.Item{gapItem(stream.ReasonQueueFull)}},
+		{reason: stream.ReasonParked, push: []*stream.Item{gapItem(stream.ReasonParked)}},
 		{reason: stream.ReasonHistoryExpired, from: wire.ChannelPosition("e", 4)},
 		{reason: stream.ReasonStreamReset, from: wire.ChannelPosition("old", 4)},
 	}

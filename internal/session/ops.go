@@ -40,6 +40,12 @@ type SubscribeRequest struct {
 	// stream's head. Its kind matches the subscription's: the protocol checked it.
 	From stream.Position
 
+	// Durable binds the connection to the identity's durable subscription named Sub (one
+	// channel, no From, no Presence: the protocol checked it), through Deps.Durable. Single
+	// asks for acknowledged delivery: exactly one bound connection gets each message.
+	Durable bool
+	Single  bool
+
 	// Identity is who asks: the session sets it, for the producer's policy.
 	Identity auth.Identity
 }
@@ -55,6 +61,15 @@ const subscribeTimeout = 10 * time.Second
 // closed meanwhile (there is no one to answer). ctx bounds the wait for the producer, as does
 // the session's closing.
 func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
+	if r.Durable {
+		switch {
+		case r.Table != "":
+			return &fault.Error{Code: fault.CodeNotImplemented, Field: "mode",
+				Message: "durable subscriptions (mode single, or durable) are served for channels only; subscribe to the table without them"}
+		case s.deps.Durable == nil:
+			return &fault.Error{Code: fault.CodeUnavailable, Field: "mode", Message: "this server does not serve durable subscriptions"}
+		}
+	}
 	if r.Table != "" {
 		if s.deps.Tables == nil {
 			return &fault.Error{Code: fault.CodeUnknownTable, Field: "table",
@@ -89,7 +104,8 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	// sub cannot slip in; it is live for Push from the moment the producer attaches it.
 	s.gen++
 	su := &subscription{sub: r.Sub, key: r.Sub + "\x00" + strconv.FormatUint(s.gen, 36),
-		head: s.cfg.Codec.Head(r.Sub, r.Table != ""), table: r.Table != "", unsubscribe: func() {}, pending: true}
+		head: s.cfg.Codec.Head(r.Sub, r.Table != ""), table: r.Table != "", unsubscribe: func() {}, pending: true,
+		durable: r.Durable}
 	s.subs[r.Sub] = su
 	s.mu.Unlock()
 
@@ -99,9 +115,19 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		unsubscribe func()
 		recheck     func(auth.Identity) error
 		replay      []*stream.Item // a resumed channel subscription's
+		ack         func(context.Context, stream.Position) error
 		err         error
 	)
-	if r.Table != "" {
+	if r.Durable {
+		ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+		var ds DurableSubscription
+		ds, err = s.deps.Durable.Bind(ctx, s, s.id, r, func(fe *fault.Error) { s.endDurable(su, fe) })
+		cancel()
+		head, unsubscribe, ack = ds.Head, ds.Unsubscribe, ds.Ack
+		if p := s.deps.Policy; p != nil {
+			recheck = func(id auth.Identity) error { return p.Channel("subscribe", r.Channel, r.Event, id) }
+		}
+	} else if r.Table != "" {
 		// The request's context, cut short by the session's close: what is asked on the
 		// client's behalf is not worth finishing once either has ended.
 		ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
@@ -128,6 +154,17 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 			err = fe
 		}
 	}
+	if err == nil && r.Durable {
+		s.mu.Lock()
+		if fe := su.ended; fe != nil {
+			// Deleted by another of the holder's connections while this bind was answered.
+			err = fe
+		}
+		s.mu.Unlock()
+		if err != nil {
+			unsubscribe()
+		}
+	}
 	if err != nil {
 		s.mu.Lock()
 		if s.subs[r.Sub] == su {
@@ -144,6 +181,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		return nil
 	}
 	su.unsubscribe, su.recheck = unsubscribe, recheck
+	su.ack = ack
 	pos := head
 	if !r.From.IsZero() {
 		pos = r.From
@@ -159,7 +197,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	var first *stream.Item
 	if gap := resumeGap(r, head); gap != nil {
 		first = stream.NewGap(gap)
-		s.push(su.key, su.head, first, nil)
+		s.push(su.key, su.head, first, false, nil)
 	}
 	if first == nil && len(replay) > 0 {
 		first = replay[0]
@@ -168,10 +206,10 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		s.cfg.Counts.resumed(su.table, first)
 	}
 	for _, it := range replay {
-		s.push(su.key, su.head, it, nil)
+		s.push(su.key, su.head, it, false, nil)
 	}
 	for _, it := range su.buffered {
-		s.push(su.key, su.head, it, nil)
+		s.push(su.key, su.head, it, su.durable, nil)
 	}
 	if g := su.overflow; g != nil {
 		s.lanes.Gap(su.key, g.first, g.last, g.count, stream.ReasonLaneFull)
@@ -366,6 +404,68 @@ func (s *Session) Unsubscribe(sub string) error {
 	su.unsubscribe()
 	s.lanes.Forget(su.key)
 	return nil
+}
+
+// endDurable ends su, bound to a durable subscription that was deleted under it, with an
+// unprompted unsubscribed saying why; one still pending is refused with it instead.
+func (s *Session) endDurable(su *subscription, fe *fault.Error) {
+	s.mu.Lock()
+	if s.subs[su.sub] != su {
+		s.mu.Unlock()
+		return
+	}
+	if su.pending {
+		su.ended = fe
+		s.mu.Unlock()
+		return
+	}
+	delete(s.subs, su.sub)
+	s.endedLocked(su)
+	s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
+	s.mu.Unlock()
+	su.unsubscribe()
+	s.lanes.Forget(su.key)
+}
+
+// Ack settles the message at pos of subscription sub, bound to a durable subscription with
+// acknowledged delivery: nil when settled now or before by this connection; not_found when sub
+// is no such subscription of this connection, or the message is not its to settle.
+func (s *Session) Ack(ctx context.Context, sub string, pos stream.Position) error {
+	s.mu.Lock()
+	su := s.subs[sub]
+	var ack func(context.Context, stream.Position) error
+	if su != nil && !su.pending {
+		ack = su.ack
+	}
+	s.mu.Unlock()
+	if ack == nil {
+		return &fault.Error{Code: fault.CodeNotFound, Field: "sub",
+			Message: fmt.Sprintf("this connection has no subscription %q with acknowledged delivery (mode single)", sub)}
+	}
+	return ack(ctx, pos)
+}
+
+// Forget deletes the identity's durable subscription sub, and its queue: it unbinds this
+// connection first when it is bound to it. A subscription of this connection that is not
+// durable is bad_frame; not_found when the identity has no durable subscription of that name.
+func (s *Session) Forget(ctx context.Context, sub string) error {
+	if s.deps.Durable == nil {
+		return &fault.Error{Code: fault.CodeNotFound, Field: "sub", Message: "this server keeps no durable subscriptions"}
+	}
+	s.mu.Lock()
+	su := s.subs[sub]
+	durable := su != nil && su.durable
+	s.mu.Unlock()
+	if su != nil {
+		if !durable {
+			return &fault.Error{Code: fault.CodeBadFrame, Field: "forget",
+				Message: fmt.Sprintf("subscription %q is not durable, so there is nothing to forget; unsubscribe without forget", sub)}
+		}
+		if err := s.Unsubscribe(sub); err != nil {
+			return err
+		}
+	}
+	return s.deps.Durable.Forget(ctx, s.Identity(), sub)
 }
 
 // Publish sends data to one channel on the client's behalf and returns its position there.

@@ -55,6 +55,31 @@ type Presence interface {
 	Watch(ctx context.Context, channel string, r stream.Receiver, sub string) (unwatch func(), err error)
 }
 
+// Durable is the node's durable subscriptions as a session binds to them (durable.Registry,
+// through the server).
+type Durable interface {
+	// Bind binds the connection conn, receiving on s, to the durable subscription r asks for
+	// (r.Durable; r.Single for acknowledged delivery), named r.Sub for r.Identity. end is called
+	// when the subscription is deleted under the connection (another connection forgot it), with
+	// the reason; never while Bind runs on this call's goroutine with the registry's locks held.
+	// A refusal is a client-facing error (*fault.Error).
+	Bind(ctx context.Context, s stream.Receiver, conn string, r SubscribeRequest, end func(*fault.Error)) (DurableSubscription, error)
+	// Forget deletes id's durable subscription named name, bound here or not: not_found when
+	// there is none.
+	Forget(ctx context.Context, id auth.Identity, name string) error
+}
+
+// DurableSubscription is a connection bound to a durable subscription.
+type DurableSubscription struct {
+	// Head is where the durable subscription started.
+	Head stream.Position
+	// Unsubscribe unbinds the connection; the subscription stays.
+	Unsubscribe func()
+	// Ack settles the message at pos for the connection (acknowledged delivery); nil for a
+	// broadcast. A refusal is a *fault.Error: not_found.
+	Ack func(ctx context.Context, pos stream.Position) error
+}
+
 // ChannelSubscription is an attached channel subscription.
 type ChannelSubscription struct {
 	// Head is the position it starts after: zero for a pattern spanning channels. For one
@@ -243,6 +268,8 @@ type Deps struct {
 	Policy Policy
 	// Presence serves track, untrack and presence subscriptions. nil: presence is not served.
 	Presence Presence
+	// Durable serves durable subscriptions and acknowledged delivery. nil: not served.
+	Durable Durable
 }
 
 // Session is one client connection.
@@ -320,6 +347,13 @@ type subscription struct {
 	// overflow is the gap of items delivered while pending past the bound on buffered (the
 	// data lane's frame bound): they join it, and it is marked right after the buffered items.
 	overflow *pendingGap
+	// durable is set for a connection bound to a durable subscription; ack settles its
+	// messages (nil for a durable broadcast). ended is why the durable subscription was deleted
+	// while the subscribe was still pending: the subscribe answers it. Guarded by the
+	// session's mu.
+	durable bool
+	ack     func(ctx context.Context, pos stream.Position) error
+	ended   *fault.Error
 }
 
 // pendingGap is a range of items a pending subscription could not buffer.
@@ -535,9 +569,9 @@ func (s *Session) pushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
 		su.toldPolicy = true
 		s.sendAt(su.key, "", s.cfg.Codec.Fault(nil, "", policyFault(sub, g.Rule)))
 	}
-	key, head := su.key, su.head
+	key, head, inline := su.key, su.head, su.durable
 	s.mu.Unlock()
-	s.push(key, head, it, w)
+	s.push(key, head, it, inline, w)
 }
 
 // policyFault is the error that explains a policy_error gap: the rule that failed, never why
@@ -597,7 +631,20 @@ func (su *subscription) buffer(it *stream.Item, maxItems, maxBytes int, codec Co
 }
 
 // push queues it on the lanes under key, deferring the writer's wake-up to w unless w is nil.
-func (s *Session) push(key string, head []byte, it *stream.Item, w *stream.Wakeups) {
+// A gap becomes key's marker, which the key's later items join while it waits (the lanes'
+// rule 2: the client never sees an item from inside a range it was told was lost); inline, it
+// is a durable subscription's, which its queue reported exactly and the items after it are not
+// part of: it is queued as a resync frame in line with the data (delivery.Frame.First).
+func (s *Session) push(key string, head []byte, it *stream.Item, inline bool, w *stream.Wakeups) {
+	if g := it.Gap; g != nil && inline {
+		f := delivery.Frame{Body: s.cfg.Codec.Gap(nil, subOfKey(key), g), Key: key, Pos: it.PosText(),
+			First: g.First.String(), Lost: g.Lost}
+		if f.First == "" {
+			f.First = f.Pos
+		}
+		s.pushFrame(f, w)
+		return
+	}
 	if g := it.Gap; g != nil {
 		first := ""
 		if !g.First.IsZero() {
@@ -606,7 +653,11 @@ func (s *Session) push(key string, head []byte, it *stream.Item, w *stream.Wakeu
 		s.lanes.Gap(key, first, it.PosText(), g.Lost, g.Reason)
 		return
 	}
-	f := delivery.Frame{Head: head, Body: it.Encoded(s.cfg.Codec), Key: key, Pos: it.PosText()}
+	s.pushFrame(delivery.Frame{Head: head, Body: it.Encoded(s.cfg.Codec), Key: key, Pos: it.PosText()}, w)
+}
+
+// pushFrame queues f on the data lane, deferring the writer's wake-up to w unless w is nil.
+func (s *Session) pushFrame(f delivery.Frame, w *stream.Wakeups) {
 	if w == nil {
 		s.lanes.PushData(f)
 		return

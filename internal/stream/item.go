@@ -59,12 +59,19 @@ const (
 	// ReasonIncompleteImage: Postgres did not log enough of a row to tell how one change
 	// affected the view (a column its filter reads was left out).
 	ReasonIncompleteImage Reason = "incomplete_image"
+	// ReasonQueueFull: a durable subscription's queue was full (by items or bytes) while none
+	// of its connections took its items, and shed its oldest items not in a connection's hands.
+	ReasonQueueFull Reason = "queue_full"
+	// ReasonParked: a single subscription's item was delivered as many times as the server
+	// tries without an ack, and is offered no more.
+	ReasonParked Reason = "parked"
 )
 
 // Reasons returns every Reason.
 func Reasons() []Reason {
 	return []Reason{ReasonLaneFull, ReasonTooLarge, ReasonHistoryExpired, ReasonStreamReset,
-		ReasonPolicyError, ReasonTransactionTooLarge, ReasonUpstreamGap, ReasonIncompleteImage}
+		ReasonPolicyError, ReasonTransactionTooLarge, ReasonUpstreamGap, ReasonIncompleteImage,
+		ReasonQueueFull, ReasonParked}
 }
 
 // Change is one row change as the subscribers of one view see it: the op their view needs,

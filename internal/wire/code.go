@@ -38,6 +38,7 @@ const (
 	CodeInternal              = fault.CodeInternal
 	CodeUnavailable           = fault.CodeUnavailable
 	CodePresenceFull          = fault.CodePresenceFull
+	CodeDurableConflict       = fault.CodeDurableConflict
 )
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them.
@@ -266,6 +267,8 @@ const (
 	ResyncTransactionTooLarge = stream.ReasonTransactionTooLarge
 	ResyncUpstreamGap         = stream.ReasonUpstreamGap
 	ResyncIncompleteImage     = stream.ReasonIncompleteImage
+	ResyncQueueFull           = stream.ReasonQueueFull
+	ResyncParked              = stream.ReasonParked
 )
 
 // ResyncReasons returns every ResyncReason, in the order docs/PROTOCOL.md lists them.
@@ -273,5 +276,6 @@ func ResyncReasons() []ResyncReason {
 	return []ResyncReason{
 		ResyncLaneFull, ResyncTooLarge, ResyncHistoryExpired, ResyncStreamReset,
 		ResyncPolicyError, ResyncTransactionTooLarge, ResyncUpstreamGap, ResyncIncompleteImage,
+		ResyncQueueFull, ResyncParked,
 	}
 }

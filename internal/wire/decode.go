@@ -43,7 +43,7 @@ func Decode(b []byte, limit int) (Frame, error) {
 	case FrameSubscribe:
 		f = r.subscribe()
 	case FrameUnsubscribe:
-		f = &Unsubscribe{ID: r.id, Sub: r.token("sub", `"sub":"s1"`)}
+		f = &Unsubscribe{ID: r.id, Sub: r.token("sub", `"sub":"s1"`), Forget: r.bool("forget")}
 	case FramePublish:
 		f = r.publish()
 	case FramePing:
@@ -552,12 +552,16 @@ func (r *reader) subscribe() Frame {
 		From:     r.position("from", optional),
 		Mode:     Mode(r.string("mode", nonEmpty, `"mode":"broadcast"`)),
 		Presence: r.bool("presence"),
+		Durable:  r.bool("durable"),
 	}
 	if r.err != nil {
 		return nil
 	}
 	if f.Mode == "" {
 		f.Mode = ModeBroadcast
+	}
+	if f.Mode == ModeSingle {
+		f.Durable = true
 	}
 	if err := validateSubscribe(f); err != nil {
 		err.ID = r.id
@@ -592,6 +596,12 @@ func validateSubscribe(f *Subscribe) *Error {
 		return bad("presence", `"presence" needs one channel, not a pattern: subscribe to each channel whose presence you show`)
 	case f.Mode != ModeBroadcast && f.Mode != ModeSingle:
 		return bad("mode", `"mode" must be "broadcast" (the default) or "single", not %q`, short(string(f.Mode)))
+	case (f.Durable || f.Mode == ModeSingle) && strings.Contains(f.Channel, "*"):
+		return bad("channel", "a durable subscription (mode single, or durable) takes one channel, not a pattern: its items' positions are one channel's stream")
+	case (f.Durable || f.Mode == ModeSingle) && !f.From.IsZero():
+		return bad("from", "a durable subscription (mode single, or durable) keeps its own queue and resumes by itself; subscribe without from")
+	case (f.Durable || f.Mode == ModeSingle) && f.Presence:
+		return bad("presence", `"presence" does not go with a durable subscription; subscribe to the channel's presence separately`)
 	case f.Table != "" && f.From.IsChannel():
 		return &Error{Code: CodeBadPosition, Field: "from", Message: fmt.Sprintf(
 			`a table subscription resumes from a commit position like "16/B374D848", not the channel position %q`, f.From)}

@@ -210,12 +210,18 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		if f.Mode != "" && f.Mode != ModeBroadcast {
 			dst = appendString(dst, "mode", string(f.Mode))
 		}
+		if f.Durable {
+			dst = append(dst, `,"durable":true`...)
+		}
 		if f.Presence {
 			dst = append(dst, `,"presence":true`...)
 		}
 	case *Unsubscribe:
 		dst = appendStart(dst, FrameUnsubscribe, f.ID)
 		dst = appendString(dst, "sub", f.Sub)
+		if f.Forget {
+			dst = append(dst, `,"forget":true`...)
+		}
 	case *Publish:
 		dst = appendStart(dst, FramePublish, f.ID)
 		dst = appendString(dst, "channel", f.Channel)

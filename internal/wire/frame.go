@@ -20,10 +20,12 @@ const (
 	// {id, token}. Answered by refreshed.
 	FrameRefresh FrameType = "refresh"
 	// FrameSubscribe: {id, sub, table, filter?, columns?, from?, mode?} or
-	// {id, sub, channel, event?, from?, mode?, presence?}. Answered by subscribed once it is
-	// live; with presence, roster follows it.
+	// {id, sub, channel, event?, from?, mode?, durable?, presence?}. Answered by subscribed
+	// once it is live; with presence, roster follows it. With mode single, or durable, it
+	// binds the connection to the identity's durable subscription named sub.
 	FrameSubscribe FrameType = "subscribe"
-	// FrameUnsubscribe: {id, sub}. Answered by unsubscribed.
+	// FrameUnsubscribe: {id, sub, forget?}. Answered by unsubscribed. With forget, the
+	// identity's durable subscription named sub is deleted too.
 	FrameUnsubscribe FrameType = "unsubscribe"
 	// FramePublish: {id, channel, event?, data}. Answered by published.
 	FramePublish FrameType = "publish"
@@ -34,8 +36,9 @@ const (
 	FrameTrack FrameType = "track"
 	// FrameUntrack: {id, channel}. Answered by untracked.
 	FrameUntrack FrameType = "untrack"
-	// FrameAck: {id, sub, pos}. Reserved for acknowledged ("single") delivery: decoded in v1,
-	// answered with not_implemented until the server serves it.
+	// FrameAck: {id, sub, pos}. Settles the item at pos of a single subscription. Answered
+	// by nothing on success, by error (not_found) when the item is not this connection's to
+	// settle.
 	FrameAck FrameType = "ack"
 )
 
@@ -114,9 +117,8 @@ type Mode string
 const (
 	// ModeBroadcast: every connection subscribed gets every item. The default.
 	ModeBroadcast Mode = "broadcast"
-	// ModeSingle: reserved for acknowledged delivery, where exactly one of the identity's
-	// connections gets each item and must ack it. Decoded in v1, refused with
-	// not_implemented until the server serves it.
+	// ModeSingle: acknowledged delivery: the subscription is durable, and exactly one of the
+	// connections bound to it gets each item, under a lease, and must ack it.
 	ModeSingle Mode = "single"
 )
 
@@ -166,6 +168,10 @@ type Subscribe struct {
 	// matches the subscription's (Decode refuses a mismatch with bad_position).
 	From Position
 	Mode Mode // ModeBroadcast unless the client asked for ModeSingle
+	// Durable binds the connection to the identity's durable subscription named Sub, which
+	// outlives it. ModeSingle is always durable. Only on one channel (no wildcard), without
+	// From and Presence.
+	Durable bool
 	// Presence asks for the channel's presence too: a roster after subscribed, then join and
 	// leave frames. Only on one channel (no wildcard).
 	Presence bool
@@ -175,6 +181,9 @@ type Subscribe struct {
 type Unsubscribe struct {
 	ID  string
 	Sub string
+	// Forget deletes the identity's durable subscription named Sub too, its queue with it,
+	// whether or not this connection is bound to it.
+	Forget bool
 }
 
 // Publish sends data to a channel.
@@ -203,7 +212,7 @@ type Untrack struct {
 // WebSocket pings (browsers) and for SSE, where the server's keepalives are comments.
 type Ping struct{ ID string }
 
-// Ack acknowledges an item of a ModeSingle subscription. Reserved: see FrameAck.
+// Ack acknowledges an item of a ModeSingle subscription: see FrameAck.
 type Ack struct {
 	ID  string
 	Sub string

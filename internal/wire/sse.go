@@ -120,7 +120,7 @@ func validSession(s string) bool {
 
 // The query parameters that declare an SSE stream's URL subscription. They mirror subscribe's
 // fields; columns is comma-separated, filter is JSON text, from is a position's text form.
-var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode"}
+var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode", "durable"}
 
 // SubscribeFromQuery reads the subscription an SSE stream's URL declares, as
 // GET /v1/sse?sub=feed&table=public.items&filter={...}. It returns nil, nil when the URL
@@ -178,6 +178,16 @@ func SubscribeFromQuery(q url.Values, last *EventID) (*Subscribe, error) {
 	if f.Mode == "" {
 		f.Mode = ModeBroadcast
 	}
+	switch q.Get("durable") {
+	case "", "false":
+	case "true":
+		f.Durable = true
+	default:
+		return bad("durable", "the durable parameter is true or false, like durable=true")
+	}
+	if f.Mode == ModeSingle {
+		f.Durable = true
+	}
 	if q.Has("filter") {
 		v := []byte(q.Get("filter"))
 		if !validJSON(v, maxNesting) {
@@ -206,7 +216,10 @@ func SubscribeFromQuery(q url.Values, last *EventID) (*Subscribe, error) {
 			return nil, &Error{Code: CodeBadPosition, Field: "Last-Event-ID", Message: fmt.Sprintf(
 				"Last-Event-ID does not name this stream's subscription %q; reconnect with the URL the events came from", f.Sub)}
 		}
-		f.From = p
+		// A durable subscription resumes from its own queue, whatever the client last saw.
+		if !f.Durable {
+			f.From = p
+		}
 	}
 	if err := validateSubscribe(f); err != nil {
 		return nil, err

@@ -5,6 +5,9 @@
 // Presence implements presence.Store: the node's presence, wired into the server; in tests, the
 // store several nodes in one process share.
 //
+// Durable implements durable.Store: the node's durable subscriptions when it is alone, and in
+// tests the store several nodes in one process share. Its rules are durable.Queue's.
+//
 // History implements history.Store: for tests of the table history nodes share, which the
 // server keeps on Redis (one node alone keeps its history in the router).
 //

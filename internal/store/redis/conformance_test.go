@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/channel"
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
@@ -80,5 +81,11 @@ func TestPresenceNodes(t *testing.T) {
 			t.Cleanup(b.Close)
 			return NewPresence(a), NewPresence(b)
 		})
+	})
+}
+
+func TestDurableConformance(t *testing.T) {
+	targets(t, func(t *testing.T, url string) {
+		storetest.RunDurable(t, func(t *testing.T, lim durable.Limits) durable.Store { return NewDurable(dial(t, url), lim) })
 	})
 }

@@ -1,6 +1,7 @@
 // Package redis holds the multi-node implementations of Herald's stores on Redis or a Redis
 // Cluster, and is the only package that imports the Redis client: Interest (interest.Store),
-// Broker (channel.Broker and channel.History), Presence (presence.Store), History
+// Broker (channel.Broker and channel.History), Presence (presence.Store), Durable
+// (durable.Store: durable subscriptions' queues, leases and bound connections), History
 // (history.Store: the tables' recent transactions, one stream per table), Transport (payloads
 // from node to node, one stream per node), Nodes (the registry of live nodes and their URLs) and
 // Beacon. `herald serve` uses them when redis.url is set, and the memory implementations when
@@ -31,10 +32,27 @@
 //	<prefix>:b:{b:<name>}             STRING a beacon: a value with a TTL         (Beacon)
 //	<prefix>:v:{r:nodes}              ZSET   node -> deadline, ms                (Nodes)
 //	<prefix>:u:{r:nodes}              HASH   node -> <incarnation> <url>         (Nodes)
+//	<prefix>:jh:{j:<holder>}          HASH   name -> def                         (Durable)
+//	<prefix>:js:{j:<holder>}:<name>   HASH   def start tail seq items bytes ...  (Durable)
+//	<prefix>:jc:{j:<holder>}:<name>   HASH   conn -> order|node|inflight|deadline (Durable)
+//	<prefix>:jq:{j:<holder>}:<name>   ZSET   entry ids in queue order            (Durable)
+//	<prefix>:je:{j:<holder>}:<name>   HASH   id -> entry                         (Durable)
+//	<prefix>:jl:{j:<holder>}:<name>   HASH   id -> lease|deadline|attempts|last|tried (Durable)
+//	<prefix>:jp:{j:<holder>}:<name>   HASH   pos -> id                           (Durable)
+//	<prefix>:jk:{j:<holder>}:<name>   HASH   settled pos -> conn                 (Durable)
+//	<prefix>:jr:{j:<holder>}:<name>   LIST   settled positions, newest first     (Durable)
+//	<prefix>:jo:{j:<holder>}:<name>   STRING the owner's node, with its claim's TTL (Durable)
 //
 // A row is <identity>\0<node>\0<data>. The tag's "o:" or "c:" keeps it non-empty whatever the
 // owner is (an empty tag would hash the whole key); an owner holding "}" ends its tag early,
 // which is the same for all of its keys, so they still share a slot.
+//
+// A durable holder is <len(subject)>:<subject><app>: every key of a holder's subscriptions, and
+// its index that counts them, share its slot, so one script steps a subscription and checks
+// the holder's limit. An entry is m\n<pos>\n<size>\n<channel>\n<event>\n<data> or
+// g\n<first>\n<last>\n<lost>\n<reason>. Every step renews the subscription's keys' TTL
+// (durable.idle_ttl plus the connections' TTL, Redis's clock), the backstop that collects one
+// whose every node died.
 //
 // `herald doctor` reads, and only reads, what a deployment needs of Redis through the Client:
 // Inspect (each server's version, Cluster mode and state, maxmemory-policy) and CheckLayout

@@ -10,9 +10,11 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the first "{" and the
@@ -103,6 +105,29 @@ func TestKeyLayout(t *testing.T) {
 			}
 		}
 
+		ds := NewDurable(c, durable.Limits{})
+		holders := []durable.Key{{Subject: "alice", App: "web", Name: "jobs"}, {Subject: "odd}sub", Name: "x:y"}}
+		durableKeys := map[string]string{} // key -> its holder
+		for _, k := range holders {
+			if _, err := ds.Bind(ctx, k, durable.Def{Channel: "jobs", Mode: durable.Single}, durable.Conn{ID: "c1", Node: "n1"}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			ents := []durable.Entry{{Msg: &stream.Message{Pos: stream.ChannelPosition("e", 1), Channel: "jobs", Data: []byte("1")}},
+				{Msg: &stream.Message{Pos: stream.ChannelPosition("e", 2), Channel: "jobs", Data: []byte("2")}}}
+			if _, err := ds.Append(ctx, k, ents, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := ds.Ack(ctx, k, "c1", stream.ChannelPosition("e", 1), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := ds.Claim(ctx, k, "n1", time.Now(), time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range ds.keys(k) {
+				durableKeys[key] = k.Subject
+			}
+		}
+
 		p := regexp.QuoteMeta(c.Prefix())
 		shapes := []*regexp.Regexp{
 			regexp.MustCompile(`^` + p + `:[wnlgmy]:\{o:.*\}$`),
@@ -111,6 +136,8 @@ func TestKeyLayout(t *testing.T) {
 			regexp.MustCompile(`^` + p + `:i:\{p:[0-9]+\}$`),
 			regexp.MustCompile(`^` + p + `:[dma]:\{p:[0-9]+\}:.*$`),
 			regexp.MustCompile(`^` + p + `:[vu]:\{r:nodes\}$`),
+			regexp.MustCompile(`^` + p + `:jh:\{j:[0-9]+:.*\}$`),
+			regexp.MustCompile(`^` + p + `:j[scqelpkro]:\{j:[0-9]+:.*\}:.*$`),
 		}
 		keys := keysUnder(t, ctx, c)
 		tags := map[string]map[string]bool{} // owner or channel -> tags of its keys
@@ -141,6 +168,9 @@ func TestKeyLayout(t *testing.T) {
 			if registry[k] {
 				who = "the node registry"
 			}
+			if h, ok := durableKeys[k]; ok {
+				who = "durable holder " + h
+			}
 			if shards[k] {
 				continue // a presence shard's index: its channels' keys are checked against it below
 			}
@@ -155,8 +185,9 @@ func TestKeyLayout(t *testing.T) {
 		}
 		// Per owner: w n l g m, t for tokens "a" "" "a/b", s for s1 s2; and y, the history, for
 		// the table's. Per channel: c h e. Per presence channel: d m a, and an index per shard
-		// they fall in. The node registry: v u.
-		if want := 4*(5+3+2) + 1 + 2*3 + 3*len(rooms) + len(shards) + 2; len(keys) != want {
+		// they fall in. The node registry: v u. Per durable holder: jh, and its one subscription's
+		// js jc jq je jl jp jk jr jo.
+		if want := 4*(5+3+2) + 1 + 2*3 + 3*len(rooms) + len(shards) + 2 + 10*len(holders); len(keys) != want {
 			t.Errorf("%d keys, want %d: %q", len(keys), want, keys)
 		}
 		for _, ch := range rooms {
