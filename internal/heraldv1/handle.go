@@ -160,7 +160,7 @@ func (c *Conn) subscribe(ctx context.Context, f *wire.Subscribe) *wire.Error {
 			Message: `mode "single" (acknowledged delivery) is reserved in protocol v1 and not served yet; use "broadcast"`}
 	}
 	err := c.s.Subscribe(ctx, session.SubscribeRequest{Ref: f.ID, Sub: f.Sub, Table: f.Table, Filter: f.Filter,
-		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence})
+		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence, Snapshot: f.Snapshot})
 	if err != nil {
 		return errorFrame(f.ID, err, "channel")
 	}

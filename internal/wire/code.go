@@ -38,6 +38,17 @@ const (
 	CodeInternal              = fault.CodeInternal
 	CodeUnavailable           = fault.CodeUnavailable
 	CodePresenceFull          = fault.CodePresenceFull
+	CodeSnapshotBusy          = fault.CodeSnapshotBusy
+	CodeSnapshotTimeout       = fault.CodeSnapshotTimeout
+	CodeSnapshotTooLarge      = fault.CodeSnapshotTooLarge
+	CodeHandoffBufferFull     = fault.CodeHandoffBufferFull
+	CodeSnapshotOnStandby     = fault.CodeSnapshotOnStandby
+	CodeSnapshotIsolation     = fault.CodeSnapshotIsolation
+	CodeSnapshotMismatch      = fault.CodeSnapshotMismatch
+	CodeSchemaChanged         = fault.CodeSchemaChanged
+	CodeReplicationRestarted  = fault.CodeReplicationRestarted
+	CodeTableNotReady         = fault.CodeTableNotReady
+	CodeSyncStandbyStalled    = fault.CodeSyncStandbyStalled
 )
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them.

@@ -38,7 +38,7 @@ func ParseLastEventID(s string) (sub string, p Position, err error) {
 
 // The query parameters that declare an SSE stream's URL subscription. They mirror subscribe's
 // fields; columns is comma-separated, filter is JSON text, from is a position's text form.
-var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode"}
+var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode", "snapshot"}
 
 // SubscribeFromQuery reads the subscription an SSE stream's URL declares, as
 // GET /v1/sse?sub=feed&table=public.items&filter={...}. It returns nil, nil when the URL
@@ -114,6 +114,13 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 			}
 		}
 	}
+	switch q.Get("snapshot") {
+	case "", "0", "false":
+	case "1", "true":
+		f.Snapshot = true
+	default:
+		return bad("snapshot", "the snapshot parameter is 1 (or true) to read the table's rows first, or 0 (false)")
+	}
 	if s := q.Get("from"); s != "" {
 		p, err := ParsePosition(s)
 		if err != nil {
@@ -130,7 +137,9 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 			return nil, &Error{Code: CodeBadPosition, Field: "Last-Event-ID", Message: fmt.Sprintf(
 				"Last-Event-ID names subscription %q but this stream's is %q; reconnect with the URL the events came from", sub, f.Sub)}
 		}
-		f.From = p
+		// A snapshot subscription's events carry an id only from its live on: the client
+		// holds the view at that position, so it resumes rather than reads the rows again.
+		f.From, f.Snapshot = p, false
 	}
 	if err := validateSubscribe(f); err != nil {
 		return nil, err

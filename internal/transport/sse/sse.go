@@ -454,7 +454,9 @@ func appendEvents(b []byte, items []delivery.Item, urlSub string) []byte {
 	for i := range items {
 		it := &items[i]
 		switch {
-		case it.Kind == delivery.KindData && it.Key == urlSub && urlSub != "":
+		case it.Kind == delivery.KindData && it.Key == urlSub && urlSub != "" && it.Pos != "":
+			// A snapshot's pages have no position (their subscription resumes only from its
+			// live on), so they carry no id.
 			b = append(b, "id: "...)
 			b = append(b, it.Key...)
 			b = append(b, ' ')
