@@ -41,6 +41,11 @@ func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 	}
 	// The writers the transaction fed wake now, each to all of its changes at once.
 	rt.wakes.Wake()
+	if len(r.handoffs) > 0 {
+		// Every hand-off in progress is offered every transaction, what its subscription sees
+		// of it or nothing: its position counts.
+		r.offerHandoffsLocked(txn)
+	}
 	if r.hist != nil {
 		r.hist.append(txn, time.Now(), r.streams)
 	}
