@@ -2,7 +2,116 @@
 // one REPEATABLE READ transaction sees them, in pages, with the MVCC snapshot that
 // internal/handoff joins to the change stream.
 //
-// Its API is Reader.Read (one snapshot into a Sink), Reader.Fence (the logical message that
-// moves the stream past the snapshot's Bound) and Reader.Stats. The rest of this comment is
-// filled in with the implementation.
+// # A read
+//
+// Reader.Read takes a slot (at most Config.MaxConcurrent reads at once; a read that waits
+// Config.QueueWait for one fails with snapshot_busy), a connection of its pool, and runs:
+//
+//	BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY
+//	SET LOCAL statement_timeout, idle_in_transaction_session_timeout (and transaction_timeout
+//	    from Postgres 17) to what is left of Config.Timeout; SET LOCAL the settings the
+//	    changefeed pins (TimeZone UTC, DateStyle ISO, IntervalStyle postgres, bytea_output hex,
+//	    extra_float_digits 3); LOCK TABLE ... IN ACCESS SHARE MODE        -- one round trip
+//	handoff.FirstStatement                 -- takes the snapshot; First.Check; Sink.Snapshot
+//	the table's columns, from the snapshot's catalog, checked against Request.Columns
+//	DECLARE herald_snapshot NO SCROLL CURSOR FOR
+//	    SELECT t."c1", ... FROM "schema"."table" AS t WHERE <Filter.SQL> ORDER BY t."k1", ...
+//	FETCH FORWARD <PageRows> FROM herald_snapshot   -- until a FETCH comes back short
+//	COMMIT
+//
+// Neither SET nor LOCK takes a snapshot, so FirstStatement is still the statement that fixes
+// it, and reports it with the insert position read after it (handoff.Snapshot.Bound). The
+// Sink hears of the snapshot before any row is read, so the hand-off judges the stream from
+// then on.
+//
+// Why the table is locked first: ALTER TABLE takes ACCESS EXCLUSIVE, so from the lock to
+// COMMIT no change to the table's columns can commit, and one that committed before the lock
+// also committed before the snapshot, which sees it. The columns the snapshot's catalog shows
+// are then the columns every row is read with, and the check against Request.Columns (each
+// column present, in order, of the type the request converts it by or a domain over it) is
+// exact: a dropped, renamed or retyped column fails the read with schema_changed. Without the
+// lock, a change committed between the snapshot and the first read of the table would apply to
+// the rows unseen by the catalog read, and one that rewrites the table would show the
+// snapshot an empty table. The cost: a pending ALTER TABLE waits for the read, and every
+// writer of the table then waits behind it; Config.Timeout bounds that.
+//
+// # Values
+//
+// A row must be exactly the row the changefeed would deliver for the same tuple, or one row
+// would reach a client as two different values, and the filter and row rule could judge them
+// differently. pgoutput sends each value as its type's output function writes it, and the
+// changefeed converts that text with internal/changefeed/pgvalue by the column's type OID. So
+// the cursor selects the columns themselves, not casts to text (true::text is "true" where the
+// output is "t"; char(n)::text loses its padding; inet::text adds /32), the results come in
+// text format, and each value goes through pgvalue.AppendJSON with Request.Columns' OID, under
+// the same session settings as the walsender. SQL NULL is JSON null. A row is a change.Row in
+// Request.Columns' order. The values test compares a many-typed table's rows with what a real
+// changefeed delivered for them.
+//
+// # Pages
+//
+// The cursor is one plan over the whole read (one scan, one sort if any), fetched PageRows at
+// a time, so memory holds one page however large the table, and ending early (too_large, a
+// failure) reads no further. Each row is converted, then passed to Request.Keep (the filter's
+// Eval, the row rule, the projection; the filter's SQL only narrows the scan). A page holds
+// at most Config.PageRows rows and ends at the row that brings it to Config.PageBytes; it is
+// handed on when the next row to send arrives, so only the last page is marked last, and only
+// an empty result gives an empty page. More than Config.MaxRows rows to send, or more than
+// Config.MaxBytes of them (as JSON objects), fail the read with snapshot_too_large; rows
+// Keep drops do not count. The last page is handed on after COMMIT, with the connection and
+// the slot given back, so a client slow to take it holds nothing in the database.
+//
+// # Bounds and failures
+//
+// Config.Timeout bounds the read from taking a connection to COMMIT, the Sink's pages
+// included: a context deadline on the client's side, and on the server's the timeouts above,
+// so the server ends the transaction by itself (releasing its snapshot, which holds VACUUM
+// back for the whole database, and its lock) even while Herald waits on a Sink. Before
+// Postgres 17, which has no transaction_timeout, each statement and each wait between them is
+// bounded, not their sum. A Sink's Page cannot be interrupted: one that outlasts the timeout
+// fails the read when it returns.
+//
+// Read returns a *handoff.Error for each failure the hand-off names: snapshot_busy,
+// snapshot_timeout, snapshot_too_large, snapshot_on_standby and snapshot_isolation (from
+// First.Check), snapshot_mismatch, schema_changed (the columns check, or a table or column
+// gone: SQLSTATE 42P01, 42703, 3F000), policy_error (Keep's error); the Sink's own error as it
+// returned it; the caller's context's error; and any other error wrapped with the table's
+// name. Stats counts each read by Outcome, the same values as metric labels.
+//
+// # What the caller must provide
+//
+//   - A pool reaching the primary that holds the replication slot (a standby's snapshot is
+//     refused), directly or through a pooler that keeps a transaction on one server
+//     connection, with a role that can SELECT the table and is not subject to its row-level
+//     security (rows the policy hides from the role would be missing here and present in the
+//     stream). Its session settings do not matter: the read sets its own.
+//   - A table with a key (Request.Key): a table without one is refused by the caller.
+//   - Request.Columns as the changefeed streams the table (changefeed.DescribeTable gives
+//     them). A column left out (a generated column, not published before Postgres 18, or one
+//     outside the publication's column list) is not read; a column added since the request was
+//     made is not an error here, but the stream's Relation message for it is the caller's to
+//     act on. A publication's row filter is not applied here.
+//   - The changefeed configured to hand on logical messages of FencePrefix
+//     (changefeed.Config.MessagePrefixes). Reader.Fence emits one outside any transaction
+//     (pg_logical_emit_message(false, 'herald.fence', id), flushed at once from Postgres 17)
+//     and returns its LSN; written after the snapshot's Bound was read, it moves the stream
+//     past the Bound however quiet the database is. Without the prefix the stream passes the
+//     Bound only with the next change or keepalive.
+//
+// # Concurrency
+//
+// A Reader is safe for concurrent use and starts no goroutine: a read runs on its caller's
+// goroutine, Sink calls included. The slots are a buffered channel. Reader.mu guards the
+// counters Stats reads and nothing else; it is never held across I/O or a Sink call, and no
+// other lock is taken under it.
+//
+// # Defaults
+//
+//	MaxConcurrent  4          reads at once on this Reader
+//	QueueWait      5s         wait for a slot, then snapshot_busy
+//	Timeout        60s        connection to COMMIT, then snapshot_timeout
+//	MaxRows        100,000    rows to send, then snapshot_too_large
+//	MaxBytes       64 MiB     their bytes as JSON, then snapshot_too_large
+//	PageRows       500        rows a page, and a FETCH
+//	PageBytes      256 KiB    bytes a page
 package snapshot

@@ -1,0 +1,134 @@
+package snapshot
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The SQL of a read, built here and nowhere else so that a table test can pin its text. Every
+// name is quoted (quoteIdent); every value the filter compares with is a parameter
+// (filter.SQL), never spelt into the text.
+
+// cursorName is the read's cursor; one per transaction, so a constant.
+const cursorName = "herald_snapshot"
+
+// quoteIdent quotes a name as a SQL identifier: in double quotes, each double quote doubled.
+// Postgres names hold no NUL, so none is expected; one is dropped rather than let it end the
+// query text early.
+func quoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), `"`, `""`) + `"`
+}
+
+// splitTable splits "schema.table" at its first dot, as the changefeed names a table and reads
+// its table list: a schema whose name holds a dot cannot be told from a table whose name does.
+func splitTable(t string) (schema, name string, ok bool) {
+	schema, name, ok = strings.Cut(t, ".")
+	return schema, name, ok && schema != "" && name != ""
+}
+
+// pinnedSettings are the session settings the changefeed pins on every connection
+// (changefeed.ConnConfig), set again for the read's transaction alone (SET LOCAL) whatever its
+// pool set: the rows' text must be what the walsender writes for the same values, or the same
+// row would reach a client as two different values. client_encoding is not among them: pgx
+// refuses a connection not in UTF8.
+var pinnedSettings = [...][2]string{
+	{"timezone", "'UTC'"},
+	{"datestyle", "'ISO'"},
+	{"intervalstyle", "'postgres'"},
+	{"bytea_output", "'hex'"},
+	{"extra_float_digits", "3"},
+}
+
+// setupSQL is the statements after BEGIN and before handoff.FirstStatement, sent as one simple
+// query: none of them takes a snapshot (Postgres leaves SET and LOCK out of the statements that
+// do, so that they can open a REPEATABLE READ transaction), so FirstStatement still fixes it.
+//
+//   - statement_timeout and idle_in_transaction_session_timeout bound every statement and every
+//     wait for the Sink by timeoutMS, and transaction_timeout (Postgres 17 on) the whole
+//     transaction: the server ends the transaction by itself even if Herald is stuck, so its
+//     snapshot holds VACUUM back no longer than that.
+//   - cursor_tuple_fraction 1 plans the cursor for reading every row, as a read does, rather
+//     than for the first tenth of them.
+//   - LOCK TABLE ... IN ACCESS SHARE MODE, before the snapshot, is the lock the read would take
+//     anyway, taken early: a change to the table's columns (ALTER TABLE) takes ACCESS
+//     EXCLUSIVE, so none can commit from here to COMMIT, and one that committed before is
+//     visible to the snapshot, which is taken after. The columns the snapshot's catalog shows
+//     (schemaSQL) are then the columns every row is read with. Without it, an ALTER TABLE
+//     committed between the snapshot and the first read of the table would go unseen by the
+//     catalog read yet apply to the rows, and one that rewrites the table leaves a snapshot
+//     older than it an empty table.
+func setupSQL(schema, name string, timeoutMS int64, major int) string {
+	ms := strconv.FormatInt(timeoutMS, 10)
+	var b strings.Builder
+	b.WriteString("SET LOCAL statement_timeout = " + ms)
+	b.WriteString("; SET LOCAL idle_in_transaction_session_timeout = " + ms)
+	if major >= 17 {
+		b.WriteString("; SET LOCAL transaction_timeout = " + ms)
+	}
+	for _, s := range pinnedSettings {
+		b.WriteString("; SET LOCAL " + s[0] + " = " + s[1])
+	}
+	b.WriteString("; SET LOCAL cursor_tuple_fraction = 1")
+	b.WriteString("; LOCK TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " IN ACCESS SHARE MODE")
+	return b.String()
+}
+
+// schemaSQL reads the table's columns as the snapshot's catalog holds them: each live column
+// in attnum order, with its type and, for a domain, every type under it down to the built-in
+// one: the changefeed and the catalog readers type a domain's values by one or another of
+// them. $1 is the schema, $2 the table.
+const schemaSQL = `WITH RECURSIVE cols AS (
+  SELECT a.attnum, a.attname::text AS name, a.atttypid AS typ
+    FROM pg_catalog.pg_attribute a
+    JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+   WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
+), chain(attnum, typ, depth) AS (
+  SELECT attnum, typ, 0 FROM cols
+  UNION ALL
+  SELECT ch.attnum, t.typbasetype, ch.depth + 1
+    FROM chain ch JOIN pg_catalog.pg_type t ON t.oid = ch.typ
+   WHERE t.typbasetype <> 0 AND ch.depth < 32
+)
+SELECT c.name, ARRAY(SELECT ch.typ::int8 FROM chain ch WHERE ch.attnum = c.attnum ORDER BY ch.depth)
+  FROM cols c ORDER BY c.attnum`
+
+// declareSQL is the cursor over the rows: the request's columns, raw (the values' text is
+// their type's output, exactly what pgoutput sends; a cast to text is not: true::text is
+// "true" where the output is "t", char(n) loses its padding, an inet its /32), the filter as
+// the WHERE clause, in key order. Columns are qualified by the table's alias, so that no
+// column name is read as anything else in ORDER BY. args are the filter's parameters.
+func declareSQL(schema, name string, cols []Column, key []string, where string) string {
+	var b strings.Builder
+	b.WriteString("DECLARE " + cursorName + " NO SCROLL CURSOR FOR SELECT ")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("t." + quoteIdent(c.Name))
+	}
+	b.WriteString(" FROM " + quoteIdent(schema) + "." + quoteIdent(name) + " AS t WHERE ")
+	b.WriteString(where)
+	b.WriteString(" ORDER BY ")
+	for i, k := range key {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("t." + quoteIdent(k))
+	}
+	return b.String()
+}
+
+// fetchSQL reads the cursor's next n rows.
+func fetchSQL(n int) string { return fmt.Sprintf("FETCH FORWARD %d FROM %s", n, cursorName) }
+
+// fenceSQL emits the fence: a non-transactional logical message, so the stream sees it at once
+// rather than when some transaction commits. From Postgres 17 it is flushed as it is written,
+// rather than up to wal_writer_delay later; before, the flush argument does not exist.
+func fenceSQL(major int) string {
+	if major >= 17 {
+		return `SELECT pg_logical_emit_message(false, $1::text, $2::text, true)::text`
+	}
+	return `SELECT pg_logical_emit_message(false, $1::text, $2::text)::text`
+}
