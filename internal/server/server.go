@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,10 +35,12 @@ import (
 	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/snapshot"
 	"github.com/heraldrt/herald/internal/store/memory"
 	"github.com/heraldrt/herald/internal/transport/sse"
 	"github.com/heraldrt/herald/internal/transport/websocket"
 	"github.com/heraldrt/herald/internal/wire"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Config configures a server. The zero value of each optional field means its default.
@@ -89,6 +92,12 @@ type Config struct {
 	// Redis.
 	HistoryBytes int
 	HistoryAge   time.Duration
+	// Snapshots bounds the reads of table snapshots (the handoff.* keys: max_concurrent,
+	// queue_wait, timeout, max_rows, max_bytes, page_rows, page_bytes), Handoff their
+	// hand-offs to the stream (early_bytes, pending_bytes, lookback). Zero fields: the
+	// defaults. Used with a changefeed.
+	Snapshots snapshot.Config
+	Handoff   router.HandoffConfig
 	// Cluster, when its RedisURL is set, makes this node one of many sharing that Redis
 	// (docs/ARCHITECTURE.md, Many nodes). The zero value: the node is alone.
 	Cluster ClusterConfig
@@ -143,6 +152,7 @@ type Server struct {
 	unavail      *unavailable     // counts and logs every request refused as unavailable
 	feed         *changefeed.Feed // nil without a changefeed
 	schema       *pgSchema        // nil without a changefeed
+	snapPool     *pgxpool.Pool    // the snapshot reader's; nil without a changefeed
 	slot         *slotWatch       // nil without a changefeed
 	peers        *peers           // nil when the node is alone
 
@@ -258,7 +268,12 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		rcfg := router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy}
+		// The snapshot reader's fence must reach the router: it moves a hand-off past its
+		// snapshot however quiet the database is.
+		if !slices.Contains(fc.MessagePrefixes, "*") && !slices.Contains(fc.MessagePrefixes, snapshot.FencePrefix) {
+			fc.MessagePrefixes = append(slices.Clone(fc.MessagePrefixes), snapshot.FencePrefix)
+		}
+		rcfg := router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy, Handoff: cfg.Handoff}
 		if pr == nil {
 			// Among many nodes a node routes only the changes its subscriptions hold, so its own
 			// history could not replay another subscription's: resumes there read the history
@@ -308,7 +323,27 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		s.schema, s.feed = schema, feed
+		if err := cfg.Snapshots.Validate(); err != nil {
+			schema.Close()
+			pr.close()
+			return nil, err
+		}
+		reads := cfg.Snapshots.MaxConcurrent
+		if reads <= 0 {
+			reads = snapshot.DefaultMaxConcurrent
+		}
+		snapPool, err := newSnapshotPool(context.Background(), fc.DatabaseURL, reads)
+		if err != nil {
+			schema.Close()
+			pr.close()
+			return nil, err
+		}
+		node := "herald"
+		if pr != nil {
+			node = pr.id
+		}
+		s.tables.snaps = newSnapshots(snapshot.New(snapPool, cfg.Snapshots), cfg.Snapshots.Timeout, node, cfg.Logger)
+		s.schema, s.feed, s.snapPool = schema, feed, snapPool
 		s.slot = newSlotWatch(schema.pool, fc.SlotName(), cfg.Logger)
 	}
 	if pr != nil && pr.node == nil {
@@ -565,6 +600,10 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		if s.schema != nil {
 			s.schema.Close()
+		}
+		if s.snapPool != nil {
+			// The sessions, whose snapshots read from it, have ended.
+			s.snapPool.Close()
 		}
 	}()
 	if s.slot != nil {

@@ -46,6 +46,8 @@ type tables struct {
 	// refused.
 	unavail *unavailable
 	refused *refusals
+	// snaps runs snapshot subscriptions' snapshots; nil: none are served.
+	snaps *snapshots
 }
 
 var _ session.Tables = (*tables)(nil)
@@ -78,6 +80,9 @@ func qualified(table string) string {
 }
 
 func (t *tables) subscribe(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
+	if f.Snapshot {
+		return t.subscribeSnapshot(ctx, s, f)
+	}
 	target := s
 	if !f.From.IsZero() {
 		// Installed before the subscription attaches: what is routed between attaching and the
@@ -114,6 +119,28 @@ func (t *tables) subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 		return session.TableSubscription{}, &fault.Error{Code: fault.CodeBadPosition, Field: "from", Message: fmt.Sprintf(
 			"from %s is past the end of this database's change stream (its WAL ends at %s): it comes from another database or deployment; subscribe without from and re-read the view",
 			f.From, end)}
+	}
+	return ts, nil
+}
+
+// subscribeSnapshot attaches a subscription that begins with its table's rows: the router
+// holds its changes in a hand-off, and the session runs its snapshot (snapshots.run), which
+// reads the rows and joins them to the stream.
+func (t *tables) subscribeSnapshot(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
+	if t.snaps == nil {
+		return session.TableSubscription{}, &fault.Error{Code: fault.CodeUnavailable, Field: "snapshot",
+			Message: "this server reads no snapshots; subscribe without snapshot"}
+	}
+	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: s,
+		Claims: policy.NewClaims(f.Identity.Claims), Snapshot: true})
+	if err != nil {
+		return session.TableSubscription{}, err
+	}
+	snap := sub.Snapshot
+	ts := session.TableSubscription{Key: sub.Key, Unsubscribe: unsubscribe,
+		Snapshot: func(ctx context.Context, pages session.SnapshotPages) error { return t.snaps.run(ctx, f.Sub, snap, pages) }}
+	if sub.Recheck != nil {
+		ts.Recheck = func(id auth.Identity) error { return sub.Recheck(policy.NewClaims(id.Claims)) }
 	}
 	return ts, nil
 }
