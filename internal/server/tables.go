@@ -138,7 +138,9 @@ func (t *tables) subscribeSnapshot(ctx context.Context, s stream.Receiver, f ses
 	}
 	snap := sub.Snapshot
 	ts := session.TableSubscription{Key: sub.Key, Unsubscribe: unsubscribe,
-		Snapshot: func(ctx context.Context, pages session.SnapshotPages) error { return t.snaps.run(ctx, f.Sub, snap, pages) }}
+		Snapshot: func(ctx context.Context, pages session.SnapshotPages) error {
+			return t.snaps.run(ctx, f.Sub, snap, pages)
+		}}
 	if sub.Recheck != nil {
 		ts.Recheck = func(id auth.Identity) error { return sub.Recheck(policy.NewClaims(id.Claims)) }
 	}
