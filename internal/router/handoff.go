@@ -205,8 +205,9 @@ func (r *Router) offerHandoffsLocked(txn *change.Txn) {
 func (r *Router) offerLocked(ho *handoffEntry, txn *change.Txn) {
 	items, bytes := ho.items, ho.bytes
 	ho.items, ho.bytes = nil, 0
-	if !txn.Transactional {
-		// Its events are messages, which no subscription is routed.
+	if messageOnly(txn) {
+		// Its events are messages, which no subscription is routed; its LSN is the end of its
+		// record, so every transaction that committed before it was offered.
 		_ = ho.h.OfferPosition(txn.EndLSN)
 		return
 	}

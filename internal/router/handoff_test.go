@@ -331,3 +331,21 @@ func TestSnapshotRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageIsNoHead: a logical message sent outside any transaction (the reader's fence) is
+// positioned by the end of its record, where the commit record of a transaction whose changes
+// came before it may begin: that transaction is routed all the same.
+func TestMessageIsNoHead(t *testing.T) {
+	r := newHistoryRouter(t, HandoffConfig{})
+	rec := &liveRecorder{}
+	subscribe(t, r, rec, "s", "")
+	accept(t, r, xact(0x100, 100, ins(1, "acme")),
+		&change.Txn{CommitLSN: 0x200, EndLSN: 0x200, Events: []change.Event{{Op: change.Message, Prefix: "herald.fence", LSN: 0x200}}},
+		xact(0x200, 101, ins(2, "acme")))
+	if diff := cmp.Diff([]string{"insert:1", "insert:2"}, rec.items()); diff != "" {
+		t.Errorf("delivered (-want +got):\n%s", diff)
+	}
+	if h := r.Head(); h != 0x200 {
+		t.Errorf("head %s, want 0/200", h)
+	}
+}

@@ -50,8 +50,8 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		Snapshots: snapshot.Config{MaxConcurrent: h.MaxConcurrent, QueueWait: h.QueueWait, Timeout: h.Timeout,
 			MaxRows: h.MaxRows, MaxBytes: int64(h.MaxBytes), PageRows: h.PageRows, PageBytes: int(h.PageBytes)},
 		Handoff: router.HandoffConfig{Lookback: h.Lookback, EarlyBytes: int(h.EarlyBytes), PendingBytes: int(h.PendingBytes)},
-		Cluster:      ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
-		Logger:       log,
+		Cluster: ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
+		Logger:  log,
 	}
 }
 

@@ -108,6 +108,9 @@ type Config struct {
 	// unavailableEvery is how often one cause of unavailable is logged; zero: ratelog's
 	// default. Tests set it.
 	unavailableEvery time.Duration
+	// wrapSnapshots, when set, stands between the table snapshots and their reader: tests
+	// slow reads down to widen their windows.
+	wrapSnapshots func(snapshotReader) snapshotReader
 }
 
 func (c Config) withDefaults() Config {
@@ -342,7 +345,11 @@ func New(cfg Config) (*Server, error) {
 		if pr != nil {
 			node = pr.id
 		}
-		s.tables.snaps = newSnapshots(snapshot.New(snapPool, cfg.Snapshots), cfg.Snapshots.Timeout, node, cfg.Logger)
+		var reader snapshotReader = snapshot.New(snapPool, cfg.Snapshots)
+		if cfg.wrapSnapshots != nil {
+			reader = cfg.wrapSnapshots(reader)
+		}
+		s.tables.snaps = newSnapshots(reader, cfg.Snapshots.Timeout, node, cfg.Logger)
 		s.schema, s.feed, s.snapPool = schema, feed, snapPool
 		s.slot = newSlotWatch(schema.pool, fc.SlotName(), cfg.Logger)
 	}

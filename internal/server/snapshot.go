@@ -47,6 +47,10 @@ type snapshots struct {
 	seq     atomic.Uint64 // fences emitted, for their ids
 	started atomic.Uint64
 	live    atomic.Uint64
+	// skipped and delivered count the transactions live hand-offs judged: in their snapshot,
+	// or delivered after its rows; straddled those delivered that were running when the
+	// snapshot was taken.
+	skipped, delivered, straddled atomic.Uint64
 	// ended counts the snapshots that ended before going live, by outcome: an index of
 	// snapshotOutcomes.
 	ended []atomic.Uint64
@@ -141,6 +145,10 @@ func (s *snapshots) join(parent context.Context, snap *router.Snapshot, pages se
 	if err := h.Err(); err != nil {
 		return clientError(err)
 	}
+	st := h.Stats()
+	s.skipped.Add(st.Skipped)
+	s.delivered.Add(st.Delivered)
+	s.straddled.Add(st.Straddled)
 	return nil
 }
 
