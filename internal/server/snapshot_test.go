@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,5 +89,82 @@ func TestSnapshotSubscription(t *testing.T) {
 	m = c.expect("change")
 	if m["op"] != "insert" || fmt.Sprint(m["row"].(map[string]any)["id"]) != "10" {
 		t.Errorf("after live: %v, want the insert of 10", m)
+	}
+}
+
+// TestSnapshotMetrics: a snapshot that goes live, and one too large, are counted; the rows
+// sent too.
+func TestSnapshotMetrics(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL, `INSERT INTO items (id, org_id) SELECT g, 'acme' FROM generate_series(1, 5) g`)
+	cfg := baseConfig()
+	cfg.Changefeed = feedConfig(t, url)
+	cfg.Snapshots.MaxRows = 3
+	r := start(t, cfg)
+	waitReady(t, r)
+	c, _ := connect(t, r)
+	c.send(`{"type":"subscribe","id":"a","sub":"a","table":"public.items","filter":{"lt":["id",3]},"snapshot":true}`)
+	c.expect("subscribed")
+	if ids, _ := readSnapshot(t, c, "a"); len(ids) != 2 {
+		t.Fatalf("rows %v, want 2", ids)
+	}
+	c.send(`{"type":"subscribe","id":"b","sub":"b","table":"public.items","snapshot":true}`)
+	c.expect("subscribed")
+	m := c.expect("unsubscribed")
+	if m["sub"] != "b" || m["code"] != "snapshot_too_large" || !strings.Contains(fmt.Sprint(m["message"]), "handoff.max_rows") {
+		t.Fatalf("got %v, want b ended with snapshot_too_large naming handoff.max_rows", m)
+	}
+	got := scrape(t, r)
+	for series, want := range map[string]float64{
+		"herald_snapshots_started_total": 2,
+		"herald_snapshots_live_total":    1,
+		`herald_snapshots_failed_total{reason="snapshot_too_large"}`: 1,
+		`herald_snapshots_failed_total{reason="snapshot_busy"}`:      0,
+		"herald_snapshot_rows_total":                                 2,
+		"herald_handoffs":                                            0,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v", series, got[series], want)
+		}
+	}
+}
+
+// TestSnapshotOverSSE: a URL subscription with snapshot=1 gets subscribed and its rows without
+// event ids, and live with one, from which a reconnect resumes rather than reads the rows
+// again.
+func TestSnapshotOverSSE(t *testing.T) {
+	r, url := startWithDB(t, itemsDDL, `INSERT INTO items (id, org_id) VALUES (1, 'acme'), (2, 'acme')`)
+	c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&table=public.items&snapshot=1", bearerHeader(t, "user-1"))
+	if c == nil {
+		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
+	}
+	c.next("welcome")
+	if ev := c.next("subscribed"); ev.id != "" || ev.frame["snapshot"] != true {
+		t.Errorf("subscribed %v with id %q, want snapshot and no id", ev.frame, ev.id)
+	}
+	if ev := c.next("rows"); ev.id != "" || len(ev.frame["rows"].([]any)) != 2 {
+		t.Errorf("rows %v with id %q, want both rows and no id", ev.frame, ev.id)
+	}
+	live := c.next("live")
+	if live.id != "feed "+fmt.Sprint(live.frame["pos"]) {
+		t.Errorf("live's id %q, want \"feed <its pos>\"", live.id)
+	}
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (3, 'acme')`)
+	c.next("change")
+	c.cancel()
+
+	// Reconnecting with the last id resumes: no rows again.
+	h := bearerHeader(t, "user-1")
+	h.Set("Last-Event-ID", live.id)
+	c2, resp := openSSE(t, r.url+"/v1/sse?sub=feed&table=public.items&snapshot=1", h)
+	if c2 == nil {
+		t.Fatalf("GET /v1/sse again: %d", resp.StatusCode)
+	}
+	c2.next("welcome")
+	if ev := c2.next("subscribed"); ev.frame["snapshot"] == true || ev.frame["pos"] != live.frame["pos"] {
+		t.Errorf("resumed subscribed %v, want no snapshot and pos %v", ev.frame, live.frame["pos"])
+	}
+	if ev := c2.next("change"); fmt.Sprint(ev.frame["row"].(map[string]any)["id"]) != "3" {
+		t.Errorf("resumed with %v, want the insert of 3", ev.frame)
 	}
 }
