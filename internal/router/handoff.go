@@ -8,6 +8,7 @@ import (
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
 	"github.com/heraldrt/herald/internal/handoff"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/stream"
 )
@@ -51,6 +52,14 @@ type Snapshot struct {
 	// subscriber may see and asked for. An error is a row rule that failed: the snapshot
 	// fails with policy_error rather than hide the row.
 	Keep func(row change.Row) (change.Row, bool, error)
+	// For a subscription asked with Request.Hold, whose look-back its caller reads from the
+	// history nodes share: Since is the position the look-back starts after (the commit LSN
+	// this router had routed up to by HandoffConfig.Lookback ago, as far as it knows), and
+	// Open hands the hand-off the transactions of the table read from that history in
+	// (Since, through], oldest first, then what the router held meanwhile that committed after
+	// through. Open is called once; nil without Hold.
+	Since change.LSN
+	Open  func(txns []history.Txn, through change.LSN)
 }
 
 // handoffEntry is a table subscription whose snapshot is being joined to its stream. Its entry
@@ -68,6 +77,20 @@ type handoffEntry struct {
 	items   []*stream.Item // what the transaction being routed delivers to the subscription
 	bytes   int            // what items hold, as the hand-off counts it
 	settled bool           // out of the router's list: live (routed to target) or failed (dropped)
+
+	// holding is set for a subscription asked with Request.Hold until Snapshot.Open: the
+	// transactions routed meanwhile wait in held (bounded by the early buffer's bound), to be
+	// offered after its look-back.
+	holding   bool
+	held      []heldTxn
+	heldBytes int
+}
+
+// heldTxn is a transaction routed while a hand-off waits for its look-back.
+type heldTxn struct {
+	txn   change.Txn // its position and id; no events
+	items []*stream.Item
+	bytes int
 }
 
 // collect is a hand-off's entry's target: it keeps what the routing delivers, for Accept to
@@ -150,7 +173,7 @@ func (r *Router) startHandoffLocked(ho *handoffEntry) {
 	ho.h = handoff.New(handoff.Config{Head: r.head, EarlyBytes: r.handoff.EarlyBytes, PendingBytes: r.handoff.PendingBytes},
 		handoffSink{bus: r.bus, target: ho.target, sub: ho.e.sub})
 	r.handoffs = append(r.handoffs, ho)
-	if r.hist == nil {
+	if ho.holding || r.hist == nil {
 		return
 	}
 	lookback := r.handoff.Lookback
@@ -201,10 +224,23 @@ func (r *Router) offerHandoffsLocked(txn *change.Txn) {
 	}
 }
 
-// offerLocked offers ho the transaction txn, with what its collect gathered from it.
+// offerLocked offers ho the transaction txn, with what its collect gathered from it, or holds
+// it until its look-back.
 func (r *Router) offerLocked(ho *handoffEntry, txn *change.Txn) {
 	items, bytes := ho.items, ho.bytes
 	ho.items, ho.bytes = nil, 0
+	if ho.holding {
+		ho.held = append(ho.held, heldTxn{txn: change.Txn{XID8: txn.XID8, CommitLSN: txn.CommitLSN, EndLSN: txn.EndLSN,
+			Transactional: !messageOnly(txn)}, items: items, bytes: bytes})
+		ho.heldBytes += bytes + 64
+		if limit := r.earlyBytes(); ho.heldBytes > limit {
+			ho.h.Fail(handoff.ReasonBufferFull, fmt.Sprintf("%d transactions (%d bytes) were routed before the look-back was read, past the bound of %d bytes",
+				len(ho.held), ho.heldBytes, limit), nil)
+			// Failed: nothing more is held, and Accept settles it.
+			ho.holding, ho.held, ho.heldBytes = false, nil, 0
+		}
+		return
+	}
 	if messageOnly(txn) {
 		// Its events are messages, which no subscription is routed; its LSN is the end of its
 		// record, so every transaction that committed before it was offered.
@@ -216,10 +252,116 @@ func (r *Router) offerLocked(ho *handoffEntry, txn *change.Txn) {
 	_ = ho.h.Offer(&handoff.Txn[*stream.Item]{XID8: txn.XID8, CommitLSN: txn.CommitLSN, EndLSN: txn.EndLSN, Items: items, Bytes: bytes})
 }
 
+func (r *Router) earlyBytes() int {
+	if r.handoff.EarlyBytes > 0 {
+		return r.handoff.EarlyBytes
+	}
+	return handoff.DefaultEarlyBytes
+}
+
+// openLocked gives ho its look-back, txns of its table read from the history nodes share in
+// (Since, through], oldest first, then offers what was held meanwhile that committed after
+// through: the rest the look-back holds.
+func (r *Router) openLocked(ho *handoffEntry, txns []history.Txn, through change.LSN) {
+	if !ho.holding {
+		return
+	}
+	ho.holding = false
+	held := ho.held
+	ho.held, ho.heldBytes = nil, 0
+	if ho.settled || ho.e.detached {
+		return
+	}
+	solo := newTable()
+	solo.add(ho.e, ho.types)
+	rt := &r.rt
+	rt.r = r
+	for i := range txns {
+		t := &txns[i]
+		if t.LSN > through {
+			break
+		}
+		if t.XID8 == 0 || t.End == 0 {
+			ho.h.Fail(handoff.ReasonReplicationRestarted, fmt.Sprintf(
+				"the tables' history holds transaction %s without its id or end (written by an older node), so the look-back cannot be judged", t.LSN), nil)
+			break
+		}
+		if of := t.Overflow; of != nil {
+			if n, ok := of.Tables[ho.table]; ok {
+				r.overflowTable(solo, t.LSN, of, n)
+			}
+		}
+		for k := range t.Events {
+			h := &t.Events[k]
+			if h.Table == ho.table {
+				h.Event.LSN = t.LSN
+				rt.event(solo, &h.Event, h.Idx)
+			}
+		}
+		r.offerLocked(ho, &change.Txn{XID8: t.XID8, CommitLSN: t.LSN, EndLSN: t.End, Transactional: true})
+		r.lookbacks.Add(1)
+	}
+	rt.wakes.Wake()
+	for i := range held {
+		x := &held[i]
+		if x.txn.Transactional && x.txn.CommitLSN <= through {
+			continue // in the look-back
+		}
+		ho.items, ho.bytes = x.items, x.bytes
+		if x.txn.Transactional {
+			r.offerLocked(ho, &x.txn)
+		} else {
+			r.offerLocked(ho, &change.Txn{CommitLSN: x.txn.CommitLSN, EndLSN: x.txn.EndLSN})
+		}
+	}
+}
+
+// samples keep when the router routed what (sampleEvery apart, at most maxSamples), so a
+// hand-off's look-back can be read, by position, from a history that has no times.
+const (
+	sampleEvery = 100 * time.Millisecond
+	maxSamples  = 1024
+)
+
+type sample struct {
+	at  time.Time
+	lsn change.LSN
+}
+
+// noteLocked records that the router had routed up to lsn at now.
+func (r *Router) noteLocked(now time.Time, lsn change.LSN) {
+	if n := len(r.samples); n > 0 && now.Sub(r.samples[n-1].at) < sampleEvery {
+		return
+	}
+	if len(r.samples) == maxSamples {
+		copy(r.samples, r.samples[1:])
+		r.samples = r.samples[:maxSamples-1]
+	}
+	r.samples = append(r.samples, sample{at: now, lsn: lsn})
+}
+
+// sinceLocked is the position the router had routed up to at from: the latest sample at or
+// before it, else the oldest it has (it started after from), else 0.
+func (r *Router) sinceLocked(from time.Time) change.LSN {
+	for i := len(r.samples) - 1; i >= 0; i-- {
+		if !r.samples[i].at.After(from) {
+			return r.samples[i].lsn
+		}
+	}
+	if len(r.samples) > 0 {
+		return r.samples[0].lsn
+	}
+	return 0
+}
+
 // settleLocked reports whether ho's hand-off is done, and if so takes its entry out of the
 // hand-off: a live one is routed straight to its subscriber from the next transaction on, a
 // failed one is dropped until its subscriber lets it go.
 func (r *Router) settleLocked(ho *handoffEntry) bool {
+	if ho.holding {
+		// Done only if it failed; either way it waits for its look-back.
+		return false
+	}
 	select {
 	case <-ho.h.Done():
 	default:
@@ -240,6 +382,7 @@ func (r *Router) settleLocked(ho *handoffEntry) bool {
 func (r *Router) failHandoffsLocked(reason handoff.Reason, detail string) {
 	for _, ho := range r.handoffs {
 		ho.h.Fail(reason, detail, nil)
+		ho.holding, ho.held, ho.heldBytes = false, nil, 0
 		r.settleLocked(ho)
 	}
 	clear(r.handoffs)

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/handoff"
+	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/stream"
 )
 
@@ -348,4 +349,86 @@ func TestMessageIsNoHead(t *testing.T) {
 	if h := r.Head(); h != 0x200 {
 		t.Errorf("head %s, want 0/200", h)
 	}
+}
+
+// TestHandoffHeldForTheLookback: a router without the history a look-back needs (a node among
+// many) holds what it routes for a hand-off asked with Hold until the look-back, read from the
+// history the nodes share, is opened: the look-back first, oldest first, then what was held
+// that committed after it, each once.
+func TestHandoffHeldForTheLookback(t *testing.T) {
+	histTxn := func(lsn change.LSN, xid change.XID8, id int) history.Txn {
+		e := ins(id, "acme")
+		e.Table, e.LSN = "public.items", lsn
+		return history.Txn{LSN: lsn, XID8: xid, End: lsn + 8, Events: []history.Event{{Idx: 1, Event: e}}}
+	}
+	newHold := func(t *testing.T, early int) (*Router, *liveRecorder, Subscription) {
+		r, err := New(Config{Schema: schema, Tables: []string{"public.items"}, Bus: bus.NewMemory(), Handoff: HandoffConfig{EarlyBytes: early}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Seed(1)
+		rec := &liveRecorder{}
+		s, un, err := r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "s", Target: rec, Snapshot: true, Hold: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(un)
+		if s.Snapshot.Open == nil {
+			t.Fatal("a held hand-off came without Open")
+		}
+		return r, rec, s
+	}
+	t.Run("look-back, then what was held", func(t *testing.T) {
+		r, rec, s := newHold(t, 0)
+		// Routed while the look-back is read: 0x200 is in it too, 0x300 is not.
+		accept(t, r, xact(0x200, 101, ins(2, "acme")), xact(0x300, 102, ins(3, "acme")))
+		s.Snapshot.Open([]history.Txn{histTxn(0x100, 100, 1), histTxn(0x200, 101, 2)}, 0x200)
+		h := s.Snapshot.Handoff
+		// The snapshot sees none of them: all three are delivered, each once.
+		if err := h.SetSnapshot(handoff.Snapshot{Xmin: 100, Xmax: 100, Bound: 0x80}); err != nil {
+			t.Fatal(err)
+		}
+		h.RowsSent()
+		accept(t, r, xact(0x400, 103, ins(4, "acme")))
+		if diff := cmp.Diff([]string{"insert:1", "insert:2", "insert:3", "live:0/300", "insert:4"}, rec.items()); diff != "" {
+			t.Errorf("delivered (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("an entry of an older node", func(t *testing.T) {
+		_, _, s := newHold(t, 0)
+		old := histTxn(0x100, 0, 1)
+		s.Snapshot.Open([]history.Txn{old}, 0x100)
+		if reason, ok := handoff.ReasonOf(s.Snapshot.Handoff.Err()); !ok || reason != handoff.ReasonReplicationRestarted {
+			t.Errorf("the hand-off ended with %v, want replication_restarted", s.Snapshot.Handoff.Err())
+		}
+	})
+	t.Run("held past its bound", func(t *testing.T) {
+		r, _, s := newHold(t, 1000)
+		for i := range 10 {
+			accept(t, r, xact(change.LSN(0x200+0x10*i), change.XID8(101+i), ins(i, "acme")))
+		}
+		if reason, ok := handoff.ReasonOf(s.Snapshot.Handoff.Err()); !ok || reason != handoff.ReasonBufferFull {
+			t.Errorf("the hand-off ended with %v, want handoff_buffer_full", s.Snapshot.Handoff.Err())
+		}
+		if n := r.Stats().Handoffs; n != 0 {
+			t.Errorf("%d hand-offs in progress after it failed", n)
+		}
+	})
+	t.Run("since", func(t *testing.T) {
+		r, err := New(Config{Schema: schema, Bus: bus.NewMemory(), Handoff: HandoffConfig{Lookback: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Seed(0x50)
+		accept(t, r, xact(0x100, 100, ins(1, "acme")))
+		s, un, err := r.Subscribe(context.Background(), Request{Table: "public.items", Sub: "s", Target: &liveRecorder{}, Snapshot: true, Hold: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer un()
+		// Nothing is an hour old: the look-back starts where the router started.
+		if s.Snapshot.Since != 0x4F {
+			t.Errorf("Since = %s, want 0/4F, where the router started", s.Snapshot.Since)
+		}
+	})
 }

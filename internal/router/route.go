@@ -54,6 +54,7 @@ func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 	}
 	if !messageOnly(txn) {
 		r.head, r.accepted = txn.CommitLSN, txn.CommitLSN
+		r.noteLocked(time.Now(), txn.CommitLSN)
 	}
 	// A logical message sent outside any transaction is no position to start after: its LSN
 	// is the end of its record, where the next record, perhaps the commit of a transaction

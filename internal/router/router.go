@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/fault"
@@ -144,6 +145,9 @@ type Router struct {
 	// handoffs are the snapshot subscriptions whose hand-off is in progress, offered every
 	// transaction Accept routes. Guarded by mu.
 	handoffs []*handoffEntry
+	// samples are when the router routed what, oldest first: for a held hand-off's
+	// look-back (Snapshot.Since). Guarded by mu.
+	samples []sample
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets
@@ -240,6 +244,7 @@ func (r *Router) Seed(start change.LSN) {
 	if r.head == 0 && start > 0 {
 		r.head = start - 1
 	}
+	r.noteLocked(time.Now(), r.head)
 	if r.hist != nil {
 		r.hist.seed(r.head)
 	}
@@ -277,6 +282,10 @@ type Request struct {
 	// (Subscription.Snapshot) that holds its changes until its rows are read and sent, then
 	// delivers exactly those the rows do not hold, then a Live item. Not with From.
 	Snapshot bool
+	// Hold, with Snapshot, is for a router without the History a look-back needs (a node among
+	// many): the hand-off holds what the router routes until its caller reads the look-back
+	// from the history the nodes share and gives it Snapshot.Open.
+	Hold bool
 }
 
 // Subscription is an attached table subscription as its client learns it.
@@ -510,7 +519,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	var snap *Snapshot
 	if req.Snapshot {
 		// Until the hand-off is live the entry routes into collect, which Accept offers it.
-		ho = &handoffEntry{e: e, table: table, types: types, target: req.Target}
+		ho = &handoffEntry{e: e, table: table, types: types, target: req.Target, holding: req.Hold}
 		e.target = collect{ho}
 		snap = &Snapshot{Table: table, Columns: cols, Key: info.Key, Filter: f, Keep: keeper(e)}
 	}
@@ -533,6 +542,18 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		ho.t = t
 		r.startHandoffLocked(ho)
 		snap.Handoff = ho.h
+		if req.Hold {
+			lookback := r.handoff.Lookback
+			if lookback <= 0 {
+				lookback = DefaultLookback
+			}
+			snap.Since = r.sinceLocked(time.Now().Add(-lookback))
+			snap.Open = func(txns []history.Txn, through change.LSN) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				r.openLocked(ho, txns, through)
+			}
+		}
 	} else if replayed = r.replayLocked(e, table, types, req.From); replayed {
 		head = req.From
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
+	"github.com/heraldrt/herald/internal/snapshot"
 	redisstore "github.com/heraldrt/herald/internal/store/redis"
 	"github.com/heraldrt/herald/internal/stream"
 )
@@ -92,7 +93,7 @@ func newPeers(cfg ClusterConfig, tables history.Config, channels channel.History
 func (p *peers) start(hub *channel.Hub, tables cluster.Tables, pres *presence.Presence) error {
 	p.hub.h = hub
 	cfg := cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables,
-		Presence: applier{pres}, Logger: p.log}
+		Presence: applier{pres}, FencePrefix: snapshot.FencePrefix, Logger: p.log}
 	if tables != nil {
 		// Should this node replicate, it records each transaction in the tables' history.
 		cfg.History = p.history

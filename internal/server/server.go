@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -29,6 +30,7 @@ import (
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/handoff"
 	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
@@ -289,7 +291,8 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger, unavail: unavail, refused: s.policy.refused}
+		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger, unavail: unavail, refused: s.policy.refused,
+			earlyBytes: cmp.Or(cfg.Handoff.EarlyBytes, handoff.DefaultEarlyBytes)}
 		if pr != nil {
 			s.tables.history = pr.history
 		}

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/heraldrt/herald/internal/testenv"
 )
 
@@ -166,5 +170,158 @@ func TestSnapshotOverSSE(t *testing.T) {
 	}
 	if ev := c2.next("change"); fmt.Sprint(ev.frame["row"].(map[string]any)["id"]) != "3" {
 		t.Errorf("resumed with %v, want the insert of 3", ev.frame)
+	}
+}
+
+// TestSnapshotAcrossNodes: among many nodes a snapshot subscription on the node that does not
+// replicate reads its look-back from the history the nodes share, and goes live with the fence
+// the replicator sends it, on a quiet database as while writers change the table; its rows and
+// the changes after them are the table's rows at the end, as on the replicator's node.
+func TestSnapshotAcrossNodes(t *testing.T) {
+	url, leader, follower := tableNodes(t, nil)
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id, qty) SELECT g, CASE WHEN g % 3 = 0 THEN 'acme' ELSE 'globex' END, g FROM generate_series(1, 30) g`)
+	// A plain subscriber on each node: the follower then routes the table's transactions, and
+	// a sentinel tells when everything before it arrived.
+	watch := map[*running]*client{}
+	for _, r := range []*running{leader, follower} {
+		watch[r], _ = connect(t, r)
+		tableSub(watch[r], "z", `{"eq":["org_id","zz"]}`, "")
+	}
+	sentinel := func(id int) {
+		testenv.Exec(t, url, fmt.Sprintf(`INSERT INTO items (id, org_id) VALUES (%d, 'zz')`, id))
+		for _, c := range watch {
+			for m := c.expect("change"); fmt.Sprint(m["row"].(map[string]any)["id"]) != fmt.Sprint(id); m = c.expect("change") {
+			}
+		}
+	}
+	sentinel(1000)
+
+	type sub struct {
+		name, filter string
+		c            *client
+		have         map[string]bool
+		keep         func(org string) bool
+	}
+	var subs []*sub
+	subscribe := func(r *running, name, filter string, keep func(string) bool) *sub {
+		c, _ := connect(t, r)
+		f := ""
+		if filter != "" {
+			f = `,"filter":` + filter
+		}
+		c.send(`{"type":"subscribe","id":"` + name + `","sub":"` + name + `","table":"public.items"` + f + `,"snapshot":true}`)
+		c.expect("subscribed")
+		s := &sub{name: name, filter: filter, c: c, keep: keep}
+		subs = append(subs, s)
+		return s
+	}
+	all := func(string) bool { return true }
+	acme := func(org string) bool { return org == "acme" }
+
+	// A quiet database, but for a write the stream does not carry (a table outside the
+	// publication): only the fence moves each node's stream past the snapshot, which that
+	// write's WAL puts after everything streamed.
+	testenv.Exec(t, url, `CREATE TABLE notes (id int)`)
+	for i, r := range []*running{follower, leader} {
+		testenv.Exec(t, url, `INSERT INTO notes VALUES (1)`)
+		s := subscribe(r, fmt.Sprintf("quiet%d", i), "", all)
+		ids, _ := readSnapshot(t, s.c, s.name)
+		s.have = map[string]bool{}
+		for _, id := range ids {
+			s.have[id] = true
+		}
+	}
+
+	// Writers, and snapshots taken meanwhile on both nodes.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := 1 + i*7%40
+			org := []string{"acme", "globex"}[i%2]
+			if _, err := conn.Exec(context.Background(), `INSERT INTO items (id, org_id, qty) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET org_id = excluded.org_id, qty = excluded.qty`, id, org, i); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%5 == 0 {
+				if _, err := conn.Exec(context.Background(), `DELETE FROM items WHERE id = $1`, 1+i*3%40); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for i, r := range []*running{follower, leader, follower, leader} {
+		keep, filter := all, ""
+		if i%2 == 1 {
+			keep, filter = acme, `{"eq":["org_id","acme"]}`
+		}
+		s := subscribe(r, fmt.Sprintf("busy%d", i), filter, keep)
+		ids, _ := readSnapshot(t, s.c, s.name)
+		s.have = map[string]bool{}
+		for _, id := range ids {
+			s.have[id] = true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	sentinel(1001)
+
+	// The table now.
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), `SELECT id, org_id FROM items`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth := map[string]string{}
+	for rows.Next() {
+		var id int
+		var org string
+		if err := rows.Scan(&id, &org); err != nil {
+			t.Fatal(err)
+		}
+		truth[fmt.Sprint(id)] = org
+	}
+	for _, s := range subs {
+		// Everything committed before the sentinel reached the watcher on the same node: read
+		// this subscriber's changes until a quiet moment after it.
+		for {
+			m, err := s.c.read(300 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			if m["type"] != "change" {
+				t.Fatalf("%s: unexpected %v", s.name, m)
+			}
+			applyChange(s.have, m)
+		}
+		want := map[string]bool{}
+		for id, org := range truth {
+			if s.keep(org) {
+				want[id] = true
+			}
+		}
+		if diff := cmp.Diff(want, s.have); diff != "" {
+			t.Errorf("%s: rows and changes (-want +got):\n%s", s.name, diff)
+		}
 	}
 }
