@@ -120,8 +120,8 @@ func TestSnapshotMetrics(t *testing.T) {
 	}
 	got := scrape(t, r)
 	for series, want := range map[string]float64{
-		"herald_snapshots_started_total": 2,
-		"herald_snapshots_live_total":    1,
+		"herald_snapshots_started_total":                             2,
+		"herald_snapshots_live_total":                                1,
 		`herald_snapshots_failed_total{reason="snapshot_too_large"}`: 1,
 		`herald_snapshots_failed_total{reason="snapshot_busy"}`:      0,
 		"herald_snapshot_rows_total":                                 2,
