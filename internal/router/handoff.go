@@ -249,6 +249,13 @@ func (r *Router) offerLocked(ho *handoffEntry, txn *change.Txn) {
 	}
 	// An error is the hand-off's failure (it holds it, and the reader sees it), or, once
 	// live, a transaction offered twice, which it drops: the router offers each once.
+	if len(items) == 0 {
+		// A hand-off keeps no empty transaction (its position is all it reads of it): one
+		// scratch value serves every such offer.
+		r.empty = handoff.Txn[*stream.Item]{XID8: txn.XID8, CommitLSN: txn.CommitLSN, EndLSN: txn.EndLSN}
+		_ = ho.h.Offer(&r.empty)
+		return
+	}
 	_ = ho.h.Offer(&handoff.Txn[*stream.Item]{XID8: txn.XID8, CommitLSN: txn.CommitLSN, EndLSN: txn.EndLSN, Items: items, Bytes: bytes})
 }
 

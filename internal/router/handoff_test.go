@@ -432,3 +432,41 @@ func TestHandoffHeldForTheLookback(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkAcceptWithHandoffs measures what snapshot subscriptions in hand-off cost routing:
+// time per transaction with that many hand-offs offered each one (their filters match none of
+// its rows: each offer is a position and a judgement), against none.
+func BenchmarkAcceptWithHandoffs(b *testing.B) {
+	for _, n := range []int{0, 10, 100} {
+		b.Run(fmt.Sprintf("handoffs=%d", n), func(b *testing.B) {
+			r, err := New(Config{Schema: schema, Tables: []string{"public.items"}, Bus: bus.NewMemory()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Seed(1)
+			target := &countTarget{}
+			for i := range 100 {
+				subscribe(b, r, target, fmt.Sprintf("s%d", i), fmt.Sprintf(`{"eq":["org_id","org%d"]}`, i))
+			}
+			for i := range n {
+				s, _, err := r.Subscribe(context.Background(), Request{Table: "public.items", Sub: fmt.Sprintf("h%d", i), Target: target,
+					Snapshot: true, Filter: json.RawMessage(`{"eq":["org_id","nobody"]}`)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				// Never live: the bound is past every transaction.
+				if err := s.Snapshot.Handoff.SetSnapshot(handoff.Snapshot{Xmin: 1, Xmax: 1, Bound: 1 << 62}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				x := xact(change.LSN(0x100+16*i), change.XID8(10+i), ins(i, fmt.Sprintf("org%d", i%100)))
+				if err := r.Accept(context.Background(), x); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -148,6 +148,7 @@ type Router struct {
 	// samples are when the router routed what, oldest first: for a held hand-off's
 	// look-back (Snapshot.Since). Guarded by mu.
 	samples []sample
+	empty   handoff.Txn[*stream.Item] // guarded by mu: offerLocked's scratch for an empty offer
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets

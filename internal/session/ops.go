@@ -161,7 +161,6 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		// Its position comes with its live; the reply names none, so no transport marks one
 		// (an SSE event id) that a reconnect could resume from before the rows are whole.
 		pos = stream.Position{}
-		su.snapshot = true
 		var cancel context.CancelFunc
 		snapCtx, cancel = context.WithCancel(s.life)
 		prev := su.unsubscribe

@@ -337,9 +337,6 @@ type subscription struct {
 	// overflow is the gap of items delivered while pending past the bound on buffered (the
 	// data lane's frame bound): they join it, and it is marked right after the buffered items.
 	overflow *pendingGap
-	// snapshot is set for a subscription that began with a snapshot, until it ends: its
-	// goroutine (runSnapshot) may then end it. Read-only once set.
-	snapshot bool
 }
 
 // pendingGap is a range of items a pending subscription could not buffer.
