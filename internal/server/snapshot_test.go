@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldrt/herald/internal/fault"
+	"github.com/heraldrt/herald/internal/handoff"
+	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/testenv"
 )
 
@@ -323,5 +327,35 @@ func TestSnapshotAcrossNodes(t *testing.T) {
 		if diff := cmp.Diff(want, s.have); diff != "" {
 			t.Errorf("%s: rows and changes (-want +got):\n%s", s.name, diff)
 		}
+	}
+}
+
+// TestSnapshotReasonsAreCodes: every reason a hand-off fails with is a client code of the same
+// name (its subscription ends with it), with a text for the client, and the outcomes counted
+// by reason cover them all.
+func TestSnapshotReasonsAreCodes(t *testing.T) {
+	for _, r := range handoff.Reasons {
+		if !fault.Code(r).Known() {
+			t.Errorf("reason %s is not a client code", r)
+		}
+		if r != handoff.ReasonPolicyError && reasonText[r] == "" {
+			t.Errorf("reason %s has no text for the client", r)
+		}
+		if !slices.Contains(snapshotOutcomes, string(r)) {
+			t.Errorf("reason %s is not counted", r)
+		}
+		fe, ok := fault.As(clientError(&handoff.Error{Reason: r, Detail: "row 7 of tenant secret", Fix: r.Fix()}))
+		if !ok || fe.Code != fault.Code(r) || !strings.Contains(fe.Message, r.Fix()) {
+			t.Errorf("reason %s is told as %v", r, fe)
+		}
+		// Only too_large's counts reach the client; a detail may say more than it may know.
+		if r != handoff.ReasonTooLarge && strings.Contains(fe.Message, "secret") {
+			t.Errorf("reason %s told the client its detail: %q", r, fe.Message)
+		}
+	}
+	fe, _ := fault.As(clientError(&handoff.Error{Reason: handoff.ReasonPolicyError, Detail: "no such key: secret_col",
+		Err: &policy.EvalError{Rule: "policy.tables.\"public.items\".row", Detail: "no such key: secret_col"}}))
+	if !strings.Contains(fe.Message, `policy.tables."public.items".row`) || strings.Contains(fe.Message, "secret_col") {
+		t.Errorf("a policy_error is told as %q: want the rule's name, never why", fe.Message)
 	}
 }
