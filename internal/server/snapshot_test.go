@@ -359,3 +359,35 @@ func TestSnapshotReasonsAreCodes(t *testing.T) {
 		t.Errorf("a policy_error is told as %q: want the rule's name, never why", fe.Message)
 	}
 }
+
+// TestSnapshotBySSECommand: a snapshot subscription posted as an SSE command comes on the
+// stream as on a WebSocket: subscribed, rows, live, then changes; none of its events carries
+// an id (it is not the URL subscription).
+func TestSnapshotBySSECommand(t *testing.T) {
+	r, url := startWithDB(t, itemsDDL, `INSERT INTO items (id, org_id) VALUES (1, 'acme'), (2, 'globex')`)
+	c, resp := openSSE(t, r.url+"/v1/sse", bearerHeader(t, "user-1"))
+	if c == nil {
+		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
+	}
+	session := fmt.Sprint(c.next("welcome").frame["session"])
+	tok := token(t, "user-1", time.Now().Add(time.Hour))
+	if code, m := postJSON(t, r.url+"/v1/sse/"+session, tok,
+		`{"type":"subscribe","id":"s","sub":"s","table":"public.items","filter":{"eq":["org_id","acme"]},"snapshot":true}`); code != 202 {
+		t.Fatalf("command: %d %v", code, m)
+	}
+	for _, typ := range []string{"subscribed", "rows", "live"} {
+		ev := c.next(typ)
+		if ev.id != "" {
+			t.Errorf("%s has event id %q", typ, ev.id)
+		}
+		if typ == "rows" {
+			if rows := ev.frame["rows"].([]any); len(rows) != 1 || fmt.Sprint(rows[0].(map[string]any)["id"]) != "1" {
+				t.Errorf("rows %v, want row 1 alone", ev.frame["rows"])
+			}
+		}
+	}
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (3, 'acme')`)
+	if ev := c.next("change"); fmt.Sprint(ev.frame["row"].(map[string]any)["id"]) != "3" {
+		t.Errorf("after live: %v", ev.frame)
+	}
+}
