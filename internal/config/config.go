@@ -167,6 +167,12 @@ type LimitsSection struct {
 	// unanswered is closed. The default, 50s, stays under the 55-60 s idle timeouts of the
 	// common proxies and load balancers (docs/OPERATIONS.md, Liveness).
 	PingInterval time.Duration `yaml:"ping_interval"`
+	// SSEResumeWindow is how long an SSE stream's subscriptions are kept after it ends, for a
+	// reconnect whose Last-Event-ID names the stream to take them all up; 0 keeps none (only
+	// the URL subscription resumes).
+	SSEResumeWindow time.Duration `yaml:"sse_resume_window"`
+	// SSEResumeStreams bounds the ended streams kept so; past it the oldest is let go.
+	SSEResumeStreams int `yaml:"sse_resume_streams"`
 }
 
 // ChangefeedSection configures the Postgres changefeed: the changefeed.* keys. The changefeed is
@@ -276,6 +282,8 @@ func Default() *Config {
 			SlowTimeout:       10 * time.Second,
 			HandshakeTimeout:  10 * time.Second,
 			PingInterval:      50 * time.Second,
+			SSEResumeWindow:   2 * time.Minute,
+			SSEResumeStreams:  10000,
 		},
 		ChangefeedSection: ChangefeedSection{
 			Slot:           "herald",

@@ -99,6 +99,8 @@ limits:
   slow_timeout: 3s
   handshake_timeout: 4s
   ping_interval: 5s
+  sse_resume_window: 1m
+  sse_resume_streams: 7
 changefeed:
   database_url: ` + testDBURL + `
   slot: herald_main
@@ -179,6 +181,7 @@ func fullConfig() *Config {
 			DataLaneFrames: 10, DataLaneBytes: MiB,
 			ControlLaneFrames: 20, ControlLaneBytes: 128 * KiB,
 			SlowTimeout: 3 * time.Second, HandshakeTimeout: 4 * time.Second, PingInterval: 5 * time.Second,
+			SSEResumeWindow: time.Minute, SSEResumeStreams: 7,
 		},
 		ChangefeedSection: ChangefeedSection{
 			DatabaseURL:        testDBURL,

@@ -69,12 +69,12 @@ func mustKey(name string) Key {
 }
 
 // checkPositive refuses a zero or negative number, size or duration for every key but
-// auth.leeway (where 0s means no skew) and channels.history_size (where 0 means no history:
-// checkChannels). Nothing else here has a meaning for zero, and a zero limit would refuse
+// auth.leeway (where 0s means no skew), channels.history_size (where 0 means no history:
+// checkChannels) and limits.sse_resume_window (where 0s keeps no ended stream: checkLimits). Nothing else here has a meaning for zero, and a zero limit would refuse
 // everything while looking like "unlimited".
 func (c *Config) checkPositive() error {
 	for _, k := range keys() {
-		if k.Name == "auth.leeway" || k.Name == "channels.history_size" {
+		if k.Name == "auth.leeway" || k.Name == "channels.history_size" || k.Name == "limits.sse_resume_window" {
 			continue
 		}
 		switch k.typ {
@@ -195,6 +195,10 @@ func (c *Config) checkAPI() error {
 
 func (c *Config) checkLimits() error {
 	l := c.Limits
+	if w := c.Limits.SSEResumeWindow; w < 0 {
+		k := mustKey("limits.sse_resume_window")
+		return c.bad(k.Name, fmt.Sprintf("is %s, want 0s (keep no ended stream) or more", w), k.fix("a duration of 0s or more", "2m"))
+	}
 	frame, publish := mustKey("limits.max_frame_bytes"), mustKey("limits.max_publish_bytes")
 	for _, lane := range []struct {
 		key     string

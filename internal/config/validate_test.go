@@ -86,6 +86,7 @@ func TestValidate(t *testing.T) {
 			wantFix: []string{"HERALD_LIMITS_SLOW_TIMEOUT=10s"}},
 		{name: "zero handshake timeout", change: func(c *Config) { c.Limits.HandshakeTimeout = 0 }, wantKey: "limits.handshake_timeout"},
 		{name: "zero ping interval", change: func(c *Config) { c.Limits.PingInterval = 0 }, wantKey: "limits.ping_interval"},
+		{name: "negative SSE resume window", change: func(c *Config) { c.Limits.SSEResumeWindow = -time.Second }, wantKey: "limits.sse_resume_window"},
 		{name: "data lane below a frame", change: func(c *Config) { c.Limits.DataLaneBytes = c.Limits.MaxFrameBytes - 1 },
 			wantKey: "limits.data_lane_bytes", wantDetail: "smaller than limits.max_frame_bytes (32KiB)", wantFix: []string{"HERALD_LIMITS_MAX_FRAME_BYTES"}},
 		{name: "data lane equal to a frame", change: func(c *Config) {

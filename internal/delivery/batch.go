@@ -38,6 +38,8 @@ type Item struct {
 	// Key and Pos are the data frame's, or a control frame's about a subscription (PushControlAt);
 	// a marker has its Key and no Pos.
 	Key, Pos string
+	// Ends is set on the control frame that ends subscription Key (PushControlEnd).
+	Ends bool
 	// Marker is the range a KindMarker item announces, as it was encoded; nil for the other
 	// kinds. It points into the Batch, so it is valid only until the next call.
 	Marker *Marker
@@ -173,7 +175,7 @@ func (l *Lanes) fillLocked(b *Batch) bool {
 	nControl := 0
 	for l.control.len() > 0 && fits(len(l.control.front().b)) {
 		c := l.control.pop()
-		b.Items = append(b.Items, Item{Kind: KindControl, Body: c.b, Key: c.key, Pos: c.pos})
+		b.Items = append(b.Items, Item{Kind: KindControl, Body: c.b, Key: c.key, Pos: c.pos, Ends: c.end})
 		bytes += len(c.b)
 		l.ctlBytes -= len(c.b)
 		nControl++

@@ -100,6 +100,7 @@ func New(cfg Config) (*Lanes, error) {
 type control struct {
 	b        []byte
 	key, pos string
+	end      bool
 }
 
 // PushControl queues a control frame (a reply, an error, a pong) and takes ownership of b: the
@@ -112,6 +113,18 @@ func (l *Lanes) PushControl(b []byte) error { return l.PushControlAt(b, "", "") 
 // subscribed reply), which the writer's Item carries as its Key and Pos: a transport that marks
 // positions, as SSE's event ids do, reads them there rather than parse the frame back.
 func (l *Lanes) PushControlAt(b []byte, key, pos string) error {
+	return l.pushControl(control{b: b, key: key, pos: pos})
+}
+
+// PushControlEnd is PushControl for the frame that ends subscription key (an unsubscribed
+// reply, or an unprompted one): the writer's Item carries Key and Ends, for a transport that
+// keeps each live subscription's position (SSE's event ids) and lets go of key's there.
+func (l *Lanes) PushControlEnd(b []byte, key string) error {
+	return l.pushControl(control{b: b, key: key, end: true})
+}
+
+func (l *Lanes) pushControl(c control) error {
+	b := c.b
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -129,7 +142,7 @@ func (l *Lanes) PushControlAt(b []byte, key, pos string) error {
 		l.total.add(tControlRefused, 1)
 		return err
 	}
-	l.control.push(control{b: b, key: key, pos: pos}, l.cfg.MaxControlFrames)
+	l.control.push(c, l.cfg.MaxControlFrames)
 	l.ctlBytes += len(b)
 	wake := l.unparkLocked()
 	l.mu.Unlock()

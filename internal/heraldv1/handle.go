@@ -21,10 +21,38 @@ type Conn struct {
 	// the unsubscribe that follows it. Taken before any lock of the session's, and held while
 	// the session calls its producers.
 	mu sync.Mutex
+	// defs are the subscribe frames of the subscriptions this connection took, by sub, kept
+	// only when Keep asked for them (an SSE stream, which a reconnect may resume whole).
+	// Guarded by mu.
+	defs map[string]*wire.Subscribe
 }
 
 // New returns herald.v1 on s.
 func New(s *session.Session) *Conn { return &Conn{s: s} }
+
+// Keep makes c keep the subscribe frame of each subscription it takes, until it is
+// unsubscribed, for Definitions.
+func (c *Conn) Keep() {
+	c.mu.Lock()
+	if c.defs == nil {
+		c.defs = map[string]*wire.Subscribe{}
+	}
+	c.mu.Unlock()
+}
+
+// Definitions returns the subscribe frames of the subscriptions c took and the client did not
+// unsubscribe, with their ids cleared, in no order; nil unless Keep was called. One the server
+// ended (a refresh that no longer allows it) is among them: subscribing it again judges it
+// again.
+func (c *Conn) Definitions() []*wire.Subscribe {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*wire.Subscribe
+	for _, f := range c.defs {
+		out = append(out, f)
+	}
+	return out
+}
 
 // Session is the session c acts on.
 func (c *Conn) Session() *session.Session { return c.s }
@@ -114,7 +142,12 @@ func (c *Conn) handle(ctx context.Context, f wire.Frame) {
 			c.Send(errorFrame(f.ID, err, ""))
 			return
 		}
-		c.Send(&wire.Unsubscribed{ID: f.ID, Sub: f.Sub})
+		if c.defs != nil {
+			delete(c.defs, f.Sub)
+		}
+		if b, err := wire.AppendFrame(nil, &wire.Unsubscribed{ID: f.ID, Sub: f.Sub}); err == nil {
+			c.s.SendEnd(f.Sub, b)
+		}
 	case *wire.Publish:
 		pos, err := c.s.Publish(f.Channel, f.Event, f.Data)
 		if err != nil {
@@ -163,6 +196,11 @@ func (c *Conn) subscribe(ctx context.Context, f *wire.Subscribe) *wire.Error {
 		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence, Snapshot: f.Snapshot})
 	if err != nil {
 		return errorFrame(f.ID, err, "channel")
+	}
+	if c.defs != nil {
+		d := *f
+		d.ID, d.From = "", wire.Position{}
+		c.defs[f.Sub] = &d
 	}
 	return nil
 }

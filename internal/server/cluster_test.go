@@ -477,3 +477,67 @@ func TestChannelResumeAcrossNodes(t *testing.T) {
 		}
 	})
 }
+
+// TestSSEResumeAcrossNodes: a stream's reconnect reaches another node; that node fetches the
+// stream's subscriptions from the node that kept them, and every one resumes after its
+// position in the Last-Event-ID, with what was published meanwhile on either node.
+func TestSSEResumeAcrossNodes(t *testing.T) {
+	cfgs := nodesConfig(t, 2)
+	for i := range cfgs {
+		cfgs[i].Fanout.History = channel.HistoryConfig{Size: 10}
+		cfgs[i].SSEResumeWindow = time.Minute
+	}
+	a, b := start(t, cfgs[0]), start(t, cfgs[1])
+	tok := token(t, "u", time.Now().Add(time.Hour))
+
+	c, resp := openSSE(t, a.url+"/v1/sse?sub=feed&channel=feed", bearerHeader(t, "u"))
+	if c == nil {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	session := c.next("welcome").frame["session"].(string)
+	c.next("subscribed")
+	if code, m := postJSON(t, b.url+"/v1/sse/"+session, tok, `{"type":"subscribe","id":"1","sub":"inbox","channel":"inbox"}`); code != 202 {
+		t.Fatalf("subscribe by a command posted to the other node: %d %v", code, m)
+	}
+	c.next("subscribed")
+	publish(t, a, "feed", `1`)
+	publish(t, b, "inbox", `1`)
+	var last string
+	for range 2 {
+		last = c.next("message").id
+	}
+	if !strings.HasPrefix(last, "@"+session+" ") {
+		t.Fatalf("last id %q does not name the stream", last)
+	}
+	c.cancel()
+	publish(t, b, "feed", `2`)
+	publish(t, a, "inbox", `2`)
+
+	h := bearerHeader(t, "u")
+	h.Set("Last-Event-ID", last)
+	c2, resp := openSSE(t, b.url+"/v1/sse?sub=feed&channel=feed", h)
+	if c2 == nil {
+		t.Fatalf("GET on the other node: %d", resp.StatusCode)
+	}
+	c2.next("welcome")
+	got := map[string][]string{}
+	for len(got["feed"]) < 2 || len(got["inbox"]) < 2 {
+		select {
+		case ev, ok := <-c2.events:
+			if !ok {
+				t.Fatalf("stream ended; got %v", got)
+			}
+			sub, _ := ev.frame["sub"].(string)
+			typ := fmt.Sprint(ev.frame["type"])
+			if typ == "message" {
+				typ += " " + fmt.Sprint(ev.frame["data"])
+			}
+			got[sub] = append(got[sub], typ)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("resumed stream: got %v, want both subscriptions and message 2 on each", got)
+		}
+	}
+	if fmt.Sprint(got["feed"]) != "[subscribed message 2]" || fmt.Sprint(got["inbox"]) != "[subscribed message 2]" {
+		t.Errorf("resumed on the other node: %v, want each subscribed then message 2", got)
+	}
+}

@@ -87,6 +87,7 @@ var (
 	mSubscriptions    = gauge("herald_subscriptions", "Live subscriptions, by transport and kind (table, channel).", "transport", "kind")
 	mSubscriptionsTot = counter("herald_subscriptions_total", "Subscriptions that went live, by transport and kind.", "transport", "kind")
 	mSocketsOpen      = gauge("herald_sockets_open", "Client sockets open, under the cap set from the open-file limit.")
+	mResumes          = counter("herald_resumes_total", "Subscriptions that asked to resume (from, or SSE Last-Event-ID) and went live, by transport, kind and outcome: replayed (the history reached back), history_expired or stream_reset (it started with that resync).", "transport", "kind", "outcome")
 	mSocketsRefused   = counter("herald_sockets_refused_total", "Client sockets refused too_many_connections at the socket cap, or reset for lack of descriptors.")
 
 	mDataWritten     = counter("herald_data_frames_written_total", "Data frames (changes, messages) handed to connections' writers.")
@@ -160,7 +161,7 @@ var (
 	mOrderGaps     = counter("herald_channel_order_gaps_total", "Channel offsets that did not arrive from another node within the order wait: each a gap to the channel's subscribers here.")
 	mForwarded     = counter("herald_sse_commands_forwarded_total", "SSE commands posted to this node for a stream another node holds, by outcome: relayed (whatever the answer), unknown_node (404), lookup_failed and unreachable (503).", "outcome")
 	mOrderLate     = counter("herald_channel_order_late_total", "Channel publications from other nodes that arrived after their offset was handed on or reported lost, and were dropped.")
-	allSeries      = []series{mReady, mConnections, mSessions, mSessionsTotal, mSubscriptions, mSubscriptionsTot, mSocketsOpen, mSocketsRefused, mDataWritten, mControlWritten, mControlRefused, mMarkers, mFramesLost, mBusDeliveries, mUnavailable, mPublished, mFanoutQueued, mPublishRefused, mChannelRefusals, mPresenceMembers, mPresenceChans, mStreaming, mLeader, mLagBytes, mLastCommit, mConfirmFailures, mConfirmFailingNow, mRestarts, mTxns, mChanges, mOverflows, mSlotUp, mSlotActive, mSlotWALStatus, mSlotRetained, mSlotLag, mSlotSafe, mSlotReadFailures, mDeliveries, mEvaluations, mRouterGaps, mTableSubs, mRuleEvaluations, mRuleErrors, mRowsDenied, mTableRefusals, mSnapStarted, mSnapLive, mSnapEnded, mSnapRows, mSnapBytes, mSnapReading, mSnapWaiting, mHandoffs, mHandoffTxns, mHandoffLookbck, mRedisUp, mRedisErrors, mRedisCommands, mRedisTrips, mBusSent, mBusSentBytes, mBusReceived, mBusRecvBytes, mBusDropped, mBusGaps, mBusQueued, mItemsSent, mItemsReceived, mItemsDropped, mClusterGaps, mClusterQueued, mInterestReads, mOrderGaps, mOrderLate, mForwarded}
+	allSeries      = []series{mReady, mConnections, mSessions, mSessionsTotal, mSubscriptions, mSubscriptionsTot, mResumes, mSocketsOpen, mSocketsRefused, mDataWritten, mControlWritten, mControlRefused, mMarkers, mFramesLost, mBusDeliveries, mUnavailable, mPublished, mFanoutQueued, mPublishRefused, mChannelRefusals, mPresenceMembers, mPresenceChans, mStreaming, mLeader, mLagBytes, mLastCommit, mConfirmFailures, mConfirmFailingNow, mRestarts, mTxns, mChanges, mOverflows, mSlotUp, mSlotActive, mSlotWALStatus, mSlotRetained, mSlotLag, mSlotSafe, mSlotReadFailures, mDeliveries, mEvaluations, mRouterGaps, mTableSubs, mRuleEvaluations, mRuleErrors, mRowsDenied, mTableRefusals, mSnapStarted, mSnapLive, mSnapEnded, mSnapRows, mSnapBytes, mSnapReading, mSnapWaiting, mHandoffs, mHandoffTxns, mHandoffLookbck, mRedisUp, mRedisErrors, mRedisCommands, mRedisTrips, mBusSent, mBusSentBytes, mBusReceived, mBusRecvBytes, mBusDropped, mBusGaps, mBusQueued, mItemsSent, mItemsReceived, mItemsDropped, mClusterGaps, mClusterQueued, mInterestReads, mOrderGaps, mOrderLate, mForwarded}
 )
 
 // nodeCollector writes the node's series from the components' counters when scraped.
@@ -192,6 +193,9 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, k := range session.SubscriptionKinds() {
 			emit(mSubscriptions, float64(e.counts.Live(k)), e.name, string(k))
 			emit(mSubscriptionsTot, float64(e.counts.Total(k)), e.name, string(k))
+			for _, o := range session.ResumeOutcomes() {
+				emit(mResumes, float64(e.counts.Resumes(k, o)), e.name, string(k), string(o))
+			}
 		}
 	}
 	var open, refused float64

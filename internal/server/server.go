@@ -70,6 +70,10 @@ type Config struct {
 	MaxPublishBytes int
 	// ConnectTimeout and PingInterval: see the websocket transport.
 	ConnectTimeout, PingInterval time.Duration
+	// SSEResumeWindow and SSEResumeStreams: see the sse transport's ResumeWindow and
+	// ResumeStreams. A zero window keeps no ended stream.
+	SSEResumeWindow  time.Duration
+	SSEResumeStreams int
 	// Session configures every session.
 	Session session.Config
 	// Auth configures token verification.
@@ -624,7 +628,8 @@ func (s *Server) Run(ctx context.Context) error {
 		defer func() { stopSlot(); <-slotDone }()
 	}
 	ws := websocket.New(base, websocket.Config{ConnectTimeout: s.cfg.ConnectTimeout, PingInterval: s.cfg.PingInterval, Session: s.ws.session(), Logger: s.log}, deps, s, s.ws)
-	sseCfg := sse.Config{PingInterval: s.cfg.PingInterval, Session: s.sse.session(), Logger: s.log}
+	sseCfg := sse.Config{PingInterval: s.cfg.PingInterval, Session: s.sse.session(), Logger: s.log,
+		ResumeWindow: s.cfg.SSEResumeWindow, ResumeStreams: s.cfg.SSEResumeStreams}
 	if s.peers != nil {
 		sseCfg.Node, sseCfg.Peers = s.peers.id, s.peers.nodes
 	}
@@ -635,6 +640,7 @@ func (s *Server) Run(ctx context.Context) error {
 	mux.Handle("GET /v1/ws", ws)
 	mux.HandleFunc("GET /v1/sse", events.Stream)
 	mux.HandleFunc("POST /v1/sse/{session}", events.Command)
+	mux.HandleFunc("POST /v1/sse/{session}/kept", events.Kept)
 	mux.HandleFunc("POST /v1/publish", s.publish)
 	s.adminRoutes(mux)
 

@@ -137,9 +137,9 @@ func TestSnapshotMetrics(t *testing.T) {
 	}
 }
 
-// TestSnapshotOverSSE: a URL subscription with snapshot=1 gets subscribed and its rows without
-// event ids, and live with one, from which a reconnect resumes rather than reads the rows
-// again.
+// TestSnapshotOverSSE: a URL subscription with snapshot=1 gets subscribed with an event id
+// that names it with no position, its rows without ids, and live with its position, from which
+// a reconnect resumes rather than reads the rows again; one before live reads them again.
 func TestSnapshotOverSSE(t *testing.T) {
 	r, url := startWithDB(t, itemsDDL, `INSERT INTO items (id, org_id) VALUES (1, 'acme'), (2, 'acme')`)
 	c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&table=public.items&snapshot=1", bearerHeader(t, "user-1"))
@@ -147,8 +147,8 @@ func TestSnapshotOverSSE(t *testing.T) {
 		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
 	}
 	c.next("welcome")
-	if ev := c.next("subscribed"); ev.id != "" || ev.frame["snapshot"] != true {
-		t.Errorf("subscribed %v with id %q, want snapshot and no id", ev.frame, ev.id)
+	if ev := c.next("subscribed"); ev.id != "feed -" || ev.frame["snapshot"] != true {
+		t.Errorf("subscribed %v with id %q, want snapshot and the id \"feed -\"", ev.frame, ev.id)
 	}
 	if ev := c.next("rows"); ev.id != "" || len(ev.frame["rows"].([]any)) != 2 {
 		t.Errorf("rows %v with id %q, want both rows and no id", ev.frame, ev.id)
@@ -175,6 +175,23 @@ func TestSnapshotOverSSE(t *testing.T) {
 	if ev := c2.next("change"); fmt.Sprint(ev.frame["row"].(map[string]any)["id"]) != "3" {
 		t.Errorf("resumed with %v, want the insert of 3", ev.frame)
 	}
+	c2.cancel()
+
+	// Reconnecting with the id of the subscribed alone (the stream dropped before live): the
+	// rows again.
+	h.Set("Last-Event-ID", "feed -")
+	c3, resp := openSSE(t, r.url+"/v1/sse?sub=feed&table=public.items&snapshot=1", h)
+	if c3 == nil {
+		t.Fatalf("GET /v1/sse a third time: %d", resp.StatusCode)
+	}
+	c3.next("welcome")
+	if ev := c3.next("subscribed"); ev.frame["snapshot"] != true {
+		t.Errorf("taken up before live: subscribed %v, want snapshot", ev.frame)
+	}
+	if ev := c3.next("rows"); len(ev.frame["rows"].([]any)) != 3 {
+		t.Errorf("taken up before live: rows %v, want all three", ev.frame["rows"])
+	}
+	c3.next("live")
 }
 
 // TestSnapshotAcrossNodes: among many nodes a snapshot subscription on the node that does not
@@ -361,10 +378,17 @@ func TestSnapshotReasonsAreCodes(t *testing.T) {
 }
 
 // TestSnapshotBySSECommand: a snapshot subscription posted as an SSE command comes on the
-// stream as on a WebSocket: subscribed, rows, live, then changes; none of its events carries
-// an id (it is not the URL subscription).
+// stream as on a WebSocket: subscribed, rows, live, then changes; with a resume window, its
+// subscribed's event id names it with no position, its rows carry none, its live's names its
+// position.
 func TestSnapshotBySSECommand(t *testing.T) {
-	r, url := startWithDB(t, itemsDDL, `INSERT INTO items (id, org_id) VALUES (1, 'acme'), (2, 'globex')`)
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL, `INSERT INTO items (id, org_id) VALUES (1, 'acme'), (2, 'globex')`)
+	cfg := baseConfig()
+	cfg.Changefeed = feedConfig(t, url)
+	cfg.SSEResumeWindow = time.Minute
+	r := start(t, cfg)
+	waitReady(t, r)
 	c, resp := openSSE(t, r.url+"/v1/sse", bearerHeader(t, "user-1"))
 	if c == nil {
 		t.Fatalf("GET /v1/sse: %d", resp.StatusCode)
@@ -377,8 +401,9 @@ func TestSnapshotBySSECommand(t *testing.T) {
 	}
 	for _, typ := range []string{"subscribed", "rows", "live"} {
 		ev := c.next(typ)
-		if ev.id != "" {
-			t.Errorf("%s has event id %q", typ, ev.id)
+		want := map[string]string{"subscribed": "@" + session + " s -", "rows": "", "live": "@" + session + " s " + fmt.Sprint(ev.frame["pos"])}[typ]
+		if ev.id != want {
+			t.Errorf("%s has event id %q, want %q", typ, ev.id, want)
 		}
 		if typ == "rows" {
 			if rows := ev.frame["rows"].([]any); len(rows) != 1 || fmt.Sprint(rows[0].(map[string]any)["id"]) != "1" {
@@ -387,7 +412,26 @@ func TestSnapshotBySSECommand(t *testing.T) {
 		}
 	}
 	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (3, 'acme')`)
-	if ev := c.next("change"); fmt.Sprint(ev.frame["row"].(map[string]any)["id"]) != "3" {
-		t.Errorf("after live: %v", ev.frame)
+	last := c.next("change")
+	if fmt.Sprint(last.frame["row"].(map[string]any)["id"]) != "3" {
+		t.Errorf("after live: %v", last.frame)
+	}
+	c.cancel()
+
+	// A reconnect takes it up after its live: resumed, no rows again.
+	h := bearerHeader(t, "user-1")
+	h.Set("Last-Event-ID", last.id)
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id) VALUES (4, 'acme')`)
+	c2, resp := openSSE(t, r.url+"/v1/sse", h)
+	if c2 == nil {
+		t.Fatalf("GET /v1/sse again: %d", resp.StatusCode)
+	}
+	c2.next("welcome")
+	at := last.id[strings.LastIndexByte(last.id, ' ')+1:] // the change's position, with its index
+	if ev := c2.next("subscribed"); ev.frame["sub"] != "s" || ev.frame["snapshot"] == true || ev.frame["pos"] != at {
+		t.Errorf("taken up: %v, want s resumed at %s", ev.frame, at)
+	}
+	if ev := c2.next("change"); fmt.Sprint(ev.frame["row"].(map[string]any)["id"]) != "4" {
+		t.Errorf("taken up with %v, want the insert of 4", ev.frame)
 	}
 }

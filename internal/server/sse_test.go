@@ -241,3 +241,119 @@ func TestSSELastEventIDResumes(t *testing.T) {
 		}
 	})
 }
+
+// TestSSELastEventIDResumesEverySubscription: with ended streams kept (limits.sse_resume_window),
+// every subscription's frames carry an id naming the stream and each live subscription's last
+// position; a reconnect with the last id received takes up the URL subscription and every one
+// added by command, each after its own position, so nothing published meanwhile is lost or
+// repeated. A subscription ended by unsubscribe is not taken up; another identity, or a stream
+// not kept, is told not_found for each; a pattern is told it cannot resume.
+func TestSSELastEventIDResumesEverySubscription(t *testing.T) {
+	cfg := historyConfig(10)
+	cfg.SSEResumeWindow = time.Minute
+	r := start(t, cfg)
+	tok := token(t, "u", time.Now().Add(time.Hour))
+
+	c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&channel=feed", bearerHeader(t, "u"))
+	if c == nil {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	session := c.next("welcome").frame["session"].(string)
+	if ev := c.next("subscribed"); !strings.HasPrefix(ev.id, "feed ") {
+		t.Errorf("URL subscription's subscribed id %q: while it is the only one, the short form", ev.id)
+	}
+	cmd := r.url + "/v1/sse/" + session
+	for _, f := range []string{
+		`{"type":"subscribe","id":"1","sub":"inbox","channel":"inbox"}`,
+		`{"type":"subscribe","id":"2","sub":"gone","channel":"gone"}`,
+		`{"type":"subscribe","id":"3","sub":"many","channel":"rooms/*"}`,
+	} {
+		if code, m := postJSON(t, cmd, tok, f); code != 202 {
+			t.Fatalf("command %s: %d %v", f, code, m)
+		}
+		c.next("subscribed")
+	}
+	if code, _ := postJSON(t, cmd, tok, `{"type":"unsubscribe","id":"4","sub":"gone"}`); code != 202 {
+		t.Fatal("unsubscribe")
+	}
+	if ev := c.next("unsubscribed"); strings.Contains(ev.id, " gone ") || !strings.HasPrefix(ev.id, "@"+session+" ") {
+		t.Errorf("unsubscribed event id %q: the long form, without the ended subscription", ev.id)
+	}
+	publish(t, r, "feed", `1`)
+	publish(t, r, "inbox", `1`)
+	var last string
+	for range 2 {
+		last = c.next("message").id
+	}
+	want := func(sub string) {
+		if !strings.Contains(last+" ", " "+sub+" ") {
+			t.Errorf("last id %q does not name %s", last, sub)
+		}
+	}
+	want("feed")
+	want("inbox")
+	want("many")
+	c.cancel()
+
+	// Published while the client is away.
+	publish(t, r, "feed", `2`)
+	publish(t, r, "inbox", `2`)
+	publish(t, r, "inbox", `3`)
+
+	reconnect := func(t *testing.T, who, lastID string) map[string][]string {
+		h := bearerHeader(t, who)
+		h.Set("Last-Event-ID", lastID)
+		c, resp := openSSE(t, r.url+"/v1/sse?sub=feed&channel=feed", h)
+		if c == nil {
+			t.Fatalf("GET: %d", resp.StatusCode)
+		}
+		c.next("welcome")
+		got := map[string][]string{}
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case ev := <-c.events:
+				sub, _ := ev.frame["sub"].(string)
+				typ := ev.frame["type"].(string)
+				if typ == "message" {
+					typ += " " + fmt.Sprint(ev.frame["data"])
+				}
+				if code, ok := ev.frame["code"].(string); ok {
+					typ += " " + code
+				}
+				got[sub] = append(got[sub], typ)
+			case <-time.After(300 * time.Millisecond):
+				return got
+			case <-deadline:
+				t.Fatal("the stream did not settle")
+			}
+		}
+	}
+	t.Run("another identity", func(t *testing.T) {
+		got := reconnect(t, "mallory", last)
+		if fmt.Sprint(got["inbox"]) != "[unsubscribed not_found]" || len(got["gone"]) != 0 {
+			t.Errorf("another identity got %v; want inbox ended not_found, and nothing of the ended one", got)
+		}
+	})
+	t.Run("the same identity", func(t *testing.T) {
+		got := reconnect(t, "u", last)
+		if fmt.Sprint(got["feed"]) != "[subscribed message 2]" {
+			t.Errorf("feed: %v, want subscribed then message 2", got["feed"])
+		}
+		if fmt.Sprint(got["inbox"]) != "[subscribed message 2 message 3]" {
+			t.Errorf("inbox: %v, want subscribed then messages 2 and 3", got["inbox"])
+		}
+		if fmt.Sprint(got["many"]) != "[unsubscribed bad_position]" {
+			t.Errorf("many: %v, want unsubscribed bad_position (a pattern has no position)", got["many"])
+		}
+		if len(got["gone"]) != 0 {
+			t.Errorf("gone: %v, want nothing: it was unsubscribed", got["gone"])
+		}
+	})
+	t.Run("taken once", func(t *testing.T) {
+		got := reconnect(t, "u", last)
+		if fmt.Sprint(got["inbox"]) != "[unsubscribed not_found]" {
+			t.Errorf("inbox on a second reconnect with the same id: %v, want unsubscribed not_found", got["inbox"])
+		}
+	})
+}

@@ -1,14 +1,72 @@
 package session
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/heraldrt/herald/internal/stream"
+)
 
 // Counts sums what the sessions sharing it (Config.Counts) hold and have made, for a node's
 // metrics: each session adds to it as its subscriptions go live and end, so reading it costs
 // nothing per session, and what an ended session made stays counted. A server keeps one per
 // transport. Safe for concurrent use; the zero value is ready to use.
 type Counts struct {
-	live  [2]atomic.Int64  // live subscriptions, by kind
-	total [2]atomic.Uint64 // subscriptions that went live, ever, by kind
+	live    [2]atomic.Int64  // live subscriptions, by kind
+	total   [2]atomic.Uint64 // subscriptions that went live, ever, by kind
+	resumes [2][len(resumeOutcomes)]atomic.Uint64
+}
+
+// ResumeOutcome is how a subscription that asked to resume (a from, or an SSE Last-Event-ID)
+// started: the same string is the metric label.
+type ResumeOutcome string
+
+const (
+	// ResumeReplayed: the history reached back to from; what came after it was replayed.
+	ResumeReplayed ResumeOutcome = "replayed"
+	// ResumeHistoryExpired: the history no longer reached from; the subscription started with
+	// a history_expired resync.
+	ResumeHistoryExpired ResumeOutcome = "history_expired"
+	// ResumeStreamReset: from's stream ended (a channel's epoch changed); the subscription
+	// started with a stream_reset resync.
+	ResumeStreamReset ResumeOutcome = "stream_reset"
+)
+
+var resumeOutcomes = [...]ResumeOutcome{ResumeReplayed, ResumeHistoryExpired, ResumeStreamReset}
+
+// ResumeOutcomes lists every ResumeOutcome, for metrics that pre-create their labels.
+func ResumeOutcomes() []ResumeOutcome { return resumeOutcomes[:] }
+
+// Resumes is how many subscriptions of kind k that asked to resume started with outcome o.
+func (c *Counts) Resumes(k SubscriptionKind, o ResumeOutcome) uint64 {
+	for i, x := range resumeOutcomes {
+		if x == o {
+			return c.resumes[kindIndex(k)][i].Load()
+		}
+	}
+	return 0
+}
+
+// resumed counts a resumed subscription that went live, by what it started with: first, the
+// first item it was owed (its resume gap or the first replayed item; nil when nothing came
+// between from and the head). c may be nil.
+func (c *Counts) resumed(table bool, first *stream.Item) {
+	if c == nil {
+		return
+	}
+	k := kindIndex(KindChannel)
+	if table {
+		k = kindIndex(KindTable)
+	}
+	o := 0 // replayed
+	if first != nil && first.Gap != nil {
+		switch first.Gap.Reason {
+		case stream.ReasonHistoryExpired:
+			o = 1
+		case stream.ReasonStreamReset:
+			o = 2
+		}
+	}
+	c.resumes[k][o].Add(1)
 }
 
 // SubscriptionKind is what a subscription streams: the same string is the metric label.

@@ -158,8 +158,9 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	}
 	var snapCtx context.Context // the snapshot's, which unsubscribing cancels
 	if r.Snapshot {
-		// Its position comes with its live; the reply names none, so no transport marks one
-		// (an SSE event id) that a reconnect could resume from before the rows are whole.
+		// Its position comes with its live; the reply names none, and a transport marks it
+		// live with no position (an SSE event id's "-"), from which a reconnect before the
+		// rows are whole takes it up with a snapshot again.
 		pos = stream.Position{}
 		var cancel context.CancelFunc
 		snapCtx, cancel = context.WithCancel(s.life)
@@ -171,9 +172,21 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	// Under mu, so nothing of this subscription is queued before these: the reply, the resume
 	// gap or replay if any, then what arrived while they were being prepared. The producer
 	// delivers after what it replays, so the two meet exactly.
-	s.sendAt(su.key, pos.String(), s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key, r.Snapshot))
+	posText := pos.String()
+	if posText == "" {
+		posText = stream.NoPositionText // a pattern, or a snapshot before its live: it has none, but is live from here
+	}
+	s.sendAt(su.key, posText, s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key, r.Snapshot))
+	var first *stream.Item
 	if gap := resumeGap(r, head); gap != nil {
-		s.push(su.key, su.head, stream.NewGap(gap), nil)
+		first = stream.NewGap(gap)
+		s.push(su.key, su.head, first, nil)
+	}
+	if first == nil && len(replay) > 0 {
+		first = replay[0]
+	}
+	if !r.From.IsZero() {
+		s.cfg.Counts.resumed(su.table, first)
 	}
 	for _, it := range replay {
 		s.push(su.key, su.head, it, nil)
@@ -222,7 +235,7 @@ func (s *Session) watchPresence(ctx context.Context, su *subscription, channel s
 		if !ok {
 			fe = &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; subscribe again later"}
 		}
-		s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
+		s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
 	}
 	s.mu.Unlock()
 	if ended {
@@ -470,7 +483,7 @@ func (s *Session) recheck(id auth.Identity) {
 		delete(s.subs, su.sub)
 		s.endedLocked(su)
 		// Under mu, as a reply is: nothing of the subscription is queued after it.
-		s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
+		s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
 		s.mu.Unlock()
 		su.unsubscribe()
 		s.lanes.Forget(su.key)

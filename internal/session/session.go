@@ -482,10 +482,27 @@ func (s *Session) sendAt(key, pos string, b []byte) {
 		s.log.Error("a control frame did not encode")
 		return
 	}
-	if err := s.lanes.PushControlAt(b, key, pos); err != nil {
-		if errors.Is(err, delivery.ErrControlFull) {
-			s.Close(CloseTooSlow, "replies are not being read")
-		}
+	s.queued(s.lanes.PushControlAt(b, key, pos))
+}
+
+// SendEnd is Send for the frame that ends subscription sub (the unsubscribed reply): the
+// writer's item says so, for a transport that keeps each live subscription's position (SSE's
+// event ids).
+func (s *Session) SendEnd(sub string, frame []byte) { s.sendEnd(sub, frame) }
+
+// sendEnd is SendEnd for a lanes key, or a sub.
+func (s *Session) sendEnd(key string, b []byte) {
+	if len(b) == 0 {
+		s.log.Error("a control frame did not encode")
+		return
+	}
+	s.queued(s.lanes.PushControlEnd(b, key))
+}
+
+// queued closes the session as too slow when a control frame found no room.
+func (s *Session) queued(err error) {
+	if err != nil && errors.Is(err, delivery.ErrControlFull) {
+		s.Close(CloseTooSlow, "replies are not being read")
 	}
 }
 

@@ -86,7 +86,7 @@ func (s *Session) runSnapshot(ctx context.Context, su *subscription, run Snapsho
 	}
 	delete(s.subs, su.sub)
 	s.endedLocked(su)
-	s.sendAt("", "", s.cfg.Codec.Ended(nil, su.sub, fe))
+	s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
 	s.mu.Unlock()
 	su.unsubscribe()
 	s.lanes.Forget(su.key)

@@ -50,6 +50,10 @@ func ChannelPosition(epoch string, offset uint64) Position {
 	return Position{Epoch: epoch, Offset: offset}
 }
 
+// NoPositionText stands for the zero Position where a text form must not be empty: the
+// subscribed of a subscription with no position (a channel pattern), in SSE event ids.
+const NoPositionText = "-"
+
 // IsZero reports whether p is the zero Position, "none".
 func (p Position) IsZero() bool { return p == Position{} }
 

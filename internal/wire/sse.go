@@ -7,33 +7,115 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/stream"
 )
 
 // AppendEventID appends the SSE event id of a data frame or resync of subscription sub at
-// position p: sub, one space, then p's text form, e.g. "feed 16/B374D848.3". A subscription id
-// has no spaces and a position has none, so ParseLastEventID splits it unambiguously. The
-// server sets event ids only on the frames of a stream's URL subscription; see
-// SubscribeFromQuery.
+// position p, on a stream whose only live subscription is sub: sub, one space, then p's text
+// form, e.g. "feed 16/B374D848.3". A subscription id has no spaces and a position has none, so
+// ParseEventID splits it unambiguously. A stream with more subscriptions writes the longer form
+// EventID describes.
 func AppendEventID(dst []byte, sub string, p Position) []byte {
 	dst = append(dst, sub...)
 	dst = append(dst, ' ')
 	return p.AppendText(dst)
 }
 
-// ParseLastEventID reads a Last-Event-ID that AppendEventID wrote.
-func ParseLastEventID(s string) (sub string, p Position, err error) {
-	sub, pos, ok := strings.Cut(s, " ")
-	if !ok || !validToken(sub) {
-		return "", Position{}, &Error{Code: CodeBadFrame, Field: "Last-Event-ID", Message: fmt.Sprintf(
-			`Last-Event-ID %q is not "<sub> <position>", like "feed 16/B374D848.3"; send the id of the last event received, unchanged`,
-			short(s))}
+// EventID is what an SSE event id says: the position of each live subscription of the stream,
+// as of that event. Every frame of a subscription carries one (its subscribed, changes,
+// messages, resyncs, and the unsubscribed that ends it), and the events of a stream arrive in
+// order, so the last id a client received says, for every subscription, the last position it
+// received.
+//
+// Its text is space-separated tokens; a subscription with no position yet (a channel pattern
+// before its first message) has "-". A stream whose only live subscription is its URL
+// subscription writes two: "feed 16/B374D848.3". Any other writes an odd count: "@" and the
+// stream's session id, then each live subscription's id and position, "@s1.Xy feed
+// 16/B374D848.3 inbox k7Hq2x:42", or "@" and the session id alone once none is live. The session id names where the
+// stream's subscriptions are kept for a reconnect to take up.
+type EventID struct {
+	Session string        // the stream's session, without its "@"; "" in the two-token form
+	Subs    []SubPosition // each live subscription's last position, in no particular order
+}
+
+// SubPosition is one subscription's position in an EventID.
+type SubPosition struct {
+	Sub string
+	Pos Position
+}
+
+// Position returns the position the id gives subscription sub, and whether it names sub.
+func (e *EventID) Position(sub string) (Position, bool) {
+	for _, sp := range e.Subs {
+		if sp.Sub == sub {
+			return sp.Pos, true
+		}
 	}
-	p, err = ParsePosition(pos)
-	if err != nil {
-		return "", Position{}, &Error{Code: CodeBadFrame, Field: "Last-Event-ID", Err: err, Message: fmt.Sprintf(
-			"Last-Event-ID %q: %v", short(s), err)}
+	return Position{}, false
+}
+
+// MaxEventIDBytes bounds a Last-Event-ID: a stream's subscriptions are bounded
+// (limits.max_subscriptions), and so is each one's share of the id.
+const MaxEventIDBytes = 64 << 10
+
+// maxSessionIDBytes bounds the session token of an EventID: a node id, a dot, 24 characters.
+const maxSessionIDBytes = 160
+
+// ParseEventID reads a Last-Event-ID the server wrote (see EventID). What does not parse is
+// bad_frame, naming what is wrong.
+func ParseEventID(s string) (EventID, error) {
+	bad := func(why string, err error) (EventID, error) {
+		return EventID{}, &Error{Code: CodeBadFrame, Field: "Last-Event-ID", Err: err, Message: fmt.Sprintf(
+			"Last-Event-ID %q %s; send the id of the last event received, unchanged", short(s), why)}
 	}
-	return sub, p, nil
+	if len(s) > MaxEventIDBytes {
+		return bad(fmt.Sprintf("is longer than %d bytes", MaxEventIDBytes), nil)
+	}
+	tokens := strings.Split(s, " ")
+	var id EventID
+	if len(tokens)%2 == 1 {
+		session, ok := strings.CutPrefix(tokens[0], "@")
+		if !ok || !validSession(session) {
+			return bad(`does not start with "@" and a session id`, nil)
+		}
+		id.Session, tokens = session, tokens[1:]
+	}
+	if id.Session == "" && len(tokens) != 2 {
+		return bad(`is not "<sub> <position>", like "feed 16/B374D848.3"`, nil)
+	}
+	id.Subs = make([]SubPosition, 0, len(tokens)/2)
+	for i := 0; i < len(tokens); i += 2 {
+		sub := tokens[i]
+		if !validToken(sub) {
+			return bad(fmt.Sprintf("names subscription %q, which is no subscription id", short(sub)), nil)
+		}
+		var p Position
+		var err error
+		if tokens[i+1] != stream.NoPositionText {
+			p, err = ParsePosition(tokens[i+1])
+		}
+		if err != nil {
+			return bad(fmt.Sprintf("gives subscription %q the position %q: %v", sub, short(tokens[i+1]), err), err)
+		}
+		if _, dup := id.Position(sub); dup {
+			return bad(fmt.Sprintf("names subscription %q twice", sub), nil)
+		}
+		id.Subs = append(id.Subs, SubPosition{Sub: sub, Pos: p})
+	}
+	return id, nil
+}
+
+// validSession reports whether s can be a session id: printable ASCII without spaces.
+func validSession(s string) bool {
+	if len(s) == 0 || len(s) > maxSessionIDBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7E {
+			return false
+		}
+	}
+	return true
 }
 
 // The query parameters that declare an SSE stream's URL subscription. They mirror subscribe's
@@ -42,15 +124,15 @@ var queryParams = []string{"sub", "table", "filter", "columns", "channel", "even
 
 // SubscribeFromQuery reads the subscription an SSE stream's URL declares, as
 // GET /v1/sse?sub=feed&table=public.items&filter={...}. It returns nil, nil when the URL
-// declares none and there is no lastEventID. lastEventID is the request's Last-Event-ID (the
-// header, or the last_event_id parameter a client without headers sends), "" when absent: it
-// resumes the URL subscription after the last event the client received, and takes precedence
-// over from. One that does not parse is bad_frame; one that names another subscription, or
-// comes with a URL that declares none, is bad_position.
+// declares none. last is the request's Last-Event-ID, parsed (the header, or the last_event_id
+// parameter a client without headers sends), nil when absent: it resumes the URL subscription
+// after the last event the client received, and takes precedence over from. One that does not
+// name the URL's subscription, or in its two-token form comes with a URL that declares none,
+// is bad_position: resuming elsewhere, or not at all, would lose items silently.
 //
 // The returned Subscribe has no ID: its subscribed frame answers no request. Errors are *Error
 // values with the same codes and checks as Decode's; the offending parameter is Field.
-func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
+func SubscribeFromQuery(q url.Values, last *EventID) (*Subscribe, error) {
 	declared := false
 	for _, name := range queryParams {
 		vs := q[name]
@@ -66,15 +148,12 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 		if q.Has("sub") {
 			return nil, &Error{Code: CodeBadFrame, Field: "table", Message: "the URL names a sub but no table or channel; add table=public.items or channel=rooms/1"}
 		}
-		if lastEventID != "" {
-			// The server sets event ids only on a URL subscription's frames, so a stream
-			// without one has nothing to resume: ignoring the id would lose items silently.
-			sub, _, err := ParseLastEventID(lastEventID)
-			if err != nil {
-				return nil, err
-			}
+		if last != nil && last.Session == "" {
+			// The two-token form is written only while the URL subscription is the stream's
+			// one subscription, so a URL without it has nothing to resume: ignoring the id
+			// would lose items silently.
 			return nil, &Error{Code: CodeBadPosition, Field: "Last-Event-ID", Message: fmt.Sprintf(
-				"Last-Event-ID names subscription %q but this stream's URL declares none; reconnect with the URL the events came from", short(sub))}
+				"Last-Event-ID names subscription %q but this stream's URL declares none; reconnect with the URL the events came from", short(last.Subs[0].Sub))}
 		}
 		return nil, nil
 	}
@@ -128,18 +207,19 @@ func SubscribeFromQuery(q url.Values, lastEventID string) (*Subscribe, error) {
 		}
 		f.From = p
 	}
-	if lastEventID != "" {
-		sub, p, err := ParseLastEventID(lastEventID)
-		if err != nil {
-			return nil, err
-		}
-		if sub != f.Sub {
+	if last != nil {
+		p, ok := last.Position(f.Sub)
+		if !ok {
 			return nil, &Error{Code: CodeBadPosition, Field: "Last-Event-ID", Message: fmt.Sprintf(
-				"Last-Event-ID names subscription %q but this stream's is %q; reconnect with the URL the events came from", sub, f.Sub)}
+				"Last-Event-ID does not name this stream's subscription %q; reconnect with the URL the events came from", f.Sub)}
 		}
-		// A snapshot subscription's events carry an id only from its live on: the client
-		// holds the view at that position, so it resumes rather than reads the rows again.
-		f.From, f.Snapshot = p, false
+		// A snapshot subscription has a position from its live on: the client holds the view
+		// at it, so it resumes rather than reads the rows again. Before its live it has none
+		// ("-"), and reads them again.
+		f.From = p
+		if !p.IsZero() {
+			f.Snapshot = false
+		}
 	}
 	if err := validateSubscribe(f); err != nil {
 		return nil, err

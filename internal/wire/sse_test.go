@@ -22,14 +22,23 @@ func TestEventID(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("AppendEventID = %q, want %q", got, tt.want)
 		}
-		sub, p, err := ParseLastEventID(got)
-		if err != nil || sub != tt.sub || p != tt.p {
-			t.Errorf("ParseLastEventID(%q) = %q %+v %v", got, sub, p, err)
+		id, err := ParseEventID(got)
+		if err != nil || id.Session != "" || len(id.Subs) != 1 || id.Subs[0].Sub != tt.sub || id.Subs[0].Pos != tt.p {
+			t.Errorf("ParseEventID(%q) = %+v %v", got, id, err)
 		}
 	}
-	for _, bad := range []string{"", "feed", "feed ", " 1/2", "feed 1/2 x", "feed xyz", "a\tb 1/2"} {
-		if _, _, err := ParseLastEventID(bad); CodeOf(err) != CodeBadFrame {
-			t.Errorf("ParseLastEventID(%q) = %v, want bad_frame", bad, err)
+	long, err := ParseEventID("@n1.Xy_-z feed 16/B374D848.3 c:1 k7Hq2x:42")
+	want := EventID{Session: "n1.Xy_-z", Subs: []SubPosition{{"feed", TablePosition(0x16B374D848, 3)}, {"c:1", ChannelPosition("k7Hq2x", 42)}}}
+	if err != nil || !cmp.Equal(long, want) {
+		t.Errorf("ParseEventID(long form) = %+v, %v; want %+v", long, err, want)
+	}
+	if id, err := ParseEventID("@n1.Xy"); err != nil || id.Session != "n1.Xy" || len(id.Subs) != 0 {
+		t.Errorf("ParseEventID(session alone) = %+v, %v", id, err)
+	}
+	for _, bad := range []string{"", "feed", "feed ", " 1/2", "feed 1/2 x", "feed xyz", "a\tb 1/2",
+		"@s feed 1/2 feed 1/3", "@s feed 1/2 inbox", "@s  feed 1/2", "@s feed 1/2 x\ty 1/2", "s feed 1/2 inbox 1/3", "@ feed 1/2"} {
+		if _, err := ParseEventID(bad); CodeOf(err) != CodeBadFrame {
+			t.Errorf("ParseEventID(%q) = %v, want bad_frame", bad, err)
 		}
 	}
 }
@@ -53,6 +62,12 @@ func TestSubscribeFromQuery(t *testing.T) {
 			want: &Subscribe{Sub: "feed", Table: "a.b", From: TablePosition(2<<32, 7), Mode: ModeBroadcast}},
 		{name: "Last-Event-ID of another subscription", query: "sub=feed&table=a.b", last: "other 2/0",
 			code: CodeBadPosition, field: "Last-Event-ID"},
+		{name: "long Last-Event-ID", query: "sub=feed&table=a.b&from=1/1", last: "@n1.x inbox k7:3 feed 2/0.7",
+			want: &Subscribe{Sub: "feed", Table: "a.b", From: TablePosition(2<<32, 7), Mode: ModeBroadcast}},
+		{name: "long Last-Event-ID without the URL's subscription", query: "sub=feed&table=a.b", last: "@n1.x inbox k7:3",
+			code: CodeBadPosition, field: "Last-Event-ID"},
+		// The stream's kept subscriptions take up a long id; the URL need not declare one.
+		{name: "long Last-Event-ID without a URL subscription", query: "access_token=x", last: "@n1.x inbox k7:3"},
 		{name: "Last-Event-ID of the wrong kind", query: "sub=feed&table=a.b", last: "feed e:1",
 			code: CodeBadPosition, field: "from"},
 		{name: "Last-Event-ID garbled", query: "sub=feed&table=a.b", last: "feed",
@@ -81,6 +96,9 @@ func TestSubscribeFromQuery(t *testing.T) {
 		// The stream went live before it dropped: the client holds the view, and resumes.
 		{name: "snapshot resumed by Last-Event-ID", query: "sub=feed&table=a.b&snapshot=1", last: "feed 2/0",
 			want: &Subscribe{Sub: "feed", Table: "a.b", From: TablePosition(2<<32, 0), Mode: ModeBroadcast}},
+		// It dropped before its live: no position, and the rows are read again.
+		{name: "snapshot taken up before its live", query: "sub=feed&table=a.b&snapshot=1", last: "feed -",
+			want: &Subscribe{Sub: "feed", Table: "a.b", Mode: ModeBroadcast, Snapshot: true}},
 		{name: "snapshot garbled", query: "sub=feed&table=a.b&snapshot=yes", code: CodeBadFrame, field: "snapshot"},
 		{name: "snapshot with from", query: "sub=feed&table=a.b&snapshot=1&from=1/1", code: CodeBadFrame, field: "snapshot"},
 		{name: "snapshot on a channel", query: "sub=feed&channel=c&snapshot=1", code: CodeBadFrame, field: "snapshot"},
@@ -92,7 +110,7 @@ func TestSubscribeFromQuery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := SubscribeFromQuery(q, tt.last)
+			got, err := parseQuery(q, tt.last)
 			if tt.code != "" {
 				var e *Error
 				if !errors.As(err, &e) || e.Code != tt.code || e.Field != tt.field {

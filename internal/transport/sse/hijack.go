@@ -34,7 +34,7 @@ const maxPooled = 64 << 10
 // the ResponseWriter: HTTP/2 (whose streams share a connection), or a ResponseWriter that
 // cannot be taken over. The body is chunked for HTTP/1.1, as net/http would have made it, and
 // ends with the connection for HTTP/1.0; either way the connection closes with the stream.
-func (h *Handler) hijack(w http.ResponseWriter, r *http.Request, urlSub string) *rawTransport {
+func (h *Handler) hijack(w http.ResponseWriter, r *http.Request, ids *eventIDs) *rawTransport {
 	if r.ProtoMajor != 1 {
 		return nil
 	}
@@ -62,7 +62,7 @@ func (h *Handler) hijack(w http.ResponseWriter, r *http.Request, urlSub string) 
 	fmt.Fprintf(&head, "HTTP/%d.%d 200 OK\r\n", r.ProtoMajor, r.ProtoMinor)
 	_ = hd.Write(&head)
 	head.WriteString("\r\n")
-	t := &rawTransport{nc: nc, chunked: chunked, urlSub: urlSub, slow: h.slowTimeout(), done: make(chan struct{})}
+	t := &rawTransport{nc: nc, chunked: chunked, ids: ids, slow: h.slowTimeout(), done: make(chan struct{})}
 	t.wdl = time.Now().Add(t.slow)
 	_ = nc.SetWriteDeadline(t.wdl)
 	if _, err := nc.Write(head.Bytes()); err != nil {
@@ -77,7 +77,7 @@ func (h *Handler) hijack(w http.ResponseWriter, r *http.Request, urlSub string) 
 type rawTransport struct {
 	nc      net.Conn
 	chunked bool          // HTTP/1.1: each write is one chunk
-	urlSub  string        // the URL subscription, whose frames carry event ids
+	ids     *eventIDs     // what the event ids say; guarded by mu
 	slow    time.Duration // how long a keepalive write may block
 
 	mu sync.Mutex
@@ -143,7 +143,7 @@ func (t *rawTransport) Write(deadline time.Time, items []delivery.Item) error {
 	if n := len(items); n > 0 {
 		t.lastWasError = bytes.HasPrefix(items[n-1].Body, errorPrefix)
 	}
-	return t.writeLocked(deadline, func(b []byte) []byte { return appendEvents(b, items, t.urlSub) })
+	return t.writeLocked(deadline, func(b []byte) []byte { return appendEvents(b, items, t.ids) })
 }
 
 // comment writes the keepalive comment line, within the slow limit, and lifts the deadline

@@ -70,7 +70,12 @@ type Config struct {
 	// own, say. nil: the handler's own, with ForwardTimeout, which never uses a proxy from the
 	// environment and closes its idle connections when base ends.
 	Client *http.Client
-	Logger *slog.Logger
+	// ResumeWindow is how long an ended stream's subscriptions are kept for a reconnect whose
+	// Last-Event-ID names the stream (limits.sse_resume_window); 0 keeps none, and only the
+	// URL subscription resumes. ResumeStreams bounds how many are kept (default 10000).
+	ResumeWindow  time.Duration
+	ResumeStreams int
+	Logger        *slog.Logger
 }
 
 // Handler serves GET /v1/sse and POST /v1/sse/{session}.
@@ -89,6 +94,8 @@ type Handler struct {
 	// forwardLog logs a command that could not be handed on once per node and outcome per
 	// interval: a node that went away fails every command its clients post.
 	forwardLog *ratelog.Limiter
+
+	kept *kept // ended streams' subscriptions, for a reconnect to take up; nil: none kept
 
 	mu      sync.Mutex
 	streams map[string]*heraldv1.Conn // guarded by mu: live streams by session id
@@ -120,6 +127,7 @@ func New(base context.Context, cfg Config, deps session.Deps, a session.Authenti
 	}
 	return &Handler{cfg: cfg, deps: deps, auth: a, registry: r, base: base, log: cfg.Logger,
 		keepalives: heartbeat.New(cfg.PingInterval), client: client, streams: map[string]*heraldv1.Conn{},
+		kept:       newKept(cfg.ResumeWindow, cfg.ResumeStreams),
 		forwardLog: ratelog.New(cfg.Logger, ratelog.Config{})}
 }
 
@@ -143,7 +151,16 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	if lastID == "" {
 		lastID = r.URL.Query().Get("last_event_id")
 	}
-	sub, err := wire.SubscribeFromQuery(r.URL.Query(), lastID)
+	var last *wire.EventID
+	if lastID != "" {
+		id, err := wire.ParseEventID(lastID)
+		if err != nil {
+			heraldv1.WriteHTTPError(w, err.(*wire.Error))
+			return
+		}
+		last = &id
+	}
+	sub, err := wire.SubscribeFromQuery(r.URL.Query(), last)
 	if err != nil {
 		we, ok := wire.AsError(err)
 		if !ok {
@@ -167,10 +184,11 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { release() }()
 
-	t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{}), slow: h.slowTimeout()}
+	ids := &eventIDs{}
 	if sub != nil {
-		t.urlSub = sub.Sub
+		ids.urlSub = sub.Sub
 	}
+	t := &transport{w: w, rc: http.NewResponseController(w), flusher: flusher, done: make(chan struct{}), slow: h.slowTimeout(), ids: ids}
 	lt := &lateTransport{Carrier: t}
 	s, err := session.New(h.cfg.Session, h.deps, heraldv1.Transport(lt), ident)
 	if err != nil {
@@ -180,6 +198,11 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := heraldv1.New(s)
+	if h.kept != nil {
+		// Before anything is written: every subscription's frames carry the long ids.
+		ids.session = s.ID()
+		c.Keep()
+	}
 	c.Send(c.Welcome(""))
 	if sub != nil {
 		if we := c.Subscribe(r.Context(), sub); we != nil {
@@ -200,7 +223,11 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	// On HTTP/1.x the stream takes the connection over from net/http once its headers are
 	// written, and this goroutine returns: with it go the request and net/http's buffers and
 	// state for the connection, which an idle stream would otherwise hold for its whole life.
-	if ht := h.hijack(w, r, t.urlSub); ht != nil {
+	if last != nil && last.Session != "" {
+		h.resume(r.Context(), c, last, ownerOf(ident), bearer(r), ids.urlSub)
+	}
+	keep := func() { h.kept.keep(s.ID(), ownerOf(ident), c.Definitions()) }
+	if ht := h.hijack(w, r, ids); ht != nil {
 		lt.Carrier = ht // before the writer starts: nothing has been written yet
 		untrack := h.registry.Track(s)
 		h.add(c)
@@ -208,6 +235,7 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 		release = func() {} // serveHijacked gives the slot back, last
 		go h.serveHijacked(s, ht, func() {
 			h.remove(c)
+			keep()
 			untrack()
 			slot()
 		})
@@ -218,6 +246,7 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	defer untrack()
 	h.add(c)
 	defer h.remove(c)
+	defer keep()
 
 	startStream(w, flusher)
 
@@ -415,7 +444,7 @@ type transport struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	flusher http.Flusher
-	urlSub  string        // the URL subscription, whose frames carry event ids
+	ids     *eventIDs     // what the event ids say; guarded by mu
 	slow    time.Duration // how long a keepalive write may block
 	buf     []byte
 	// lastWasError: the last frame written was an error frame, which then is the stream's
@@ -431,7 +460,7 @@ func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	_ = t.rc.SetWriteDeadline(deadline)
-	b := appendEvents(t.buf[:0], items, t.urlSub)
+	b := appendEvents(t.buf[:0], items, t.ids)
 	t.buf = b
 	if n := len(items); n > 0 {
 		t.lastWasError = bytes.HasPrefix(items[n-1].Body, errorPrefix)
@@ -449,33 +478,28 @@ func (t *transport) Write(deadline time.Time, items []delivery.Item) error {
 }
 
 // appendEvents appends items as SSE events: each frame one data line, with an id line when it
-// is about urlSub, the stream's URL subscription, at a position.
-func appendEvents(b []byte, items []delivery.Item, urlSub string) []byte {
+// is about a subscription whose frames carry ids, at a position, or ends one (see eventIDs).
+func appendEvents(b []byte, items []delivery.Item, ids *eventIDs) []byte {
 	for i := range items {
 		it := &items[i]
 		switch {
-		case it.Kind == delivery.KindData && it.Key == urlSub && urlSub != "" && it.Pos != "":
-			// A snapshot's pages have no position (their subscription resumes only from its
-			// live on), so they carry no id.
-			b = append(b, "id: "...)
-			b = append(b, it.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Pos...)
-			b = append(b, '\n')
-		case it.Kind == delivery.KindMarker && it.Marker != nil && it.Marker.Key == urlSub && urlSub != "":
-			b = append(b, "id: "...)
-			b = append(b, it.Marker.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Marker.Last...)
-			b = append(b, '\n')
-		case it.Kind == delivery.KindControl && it.Key == urlSub && urlSub != "" && it.Pos != "":
-			// The URL subscription's subscribed: its id lets a reconnect before any data resume
-			// from where the subscription started.
-			b = append(b, "id: "...)
-			b = append(b, it.Key...)
-			b = append(b, ' ')
-			b = append(b, it.Pos...)
-			b = append(b, '\n')
+		case it.Kind == delivery.KindData && it.Pos != "" && ids.tracked(it.Key):
+			// A snapshot's pages have none: the subscription's position is its live's.
+			ids.set(it.Key, it.Pos)
+			b = ids.appendID(b)
+		case it.Kind == delivery.KindMarker && it.Marker != nil && ids.tracked(it.Marker.Key):
+			ids.set(it.Marker.Key, it.Marker.Last)
+			b = ids.appendID(b)
+		case it.Kind == delivery.KindControl && it.Pos != "" && ids.tracked(it.Key):
+			// A subscribed: its id lets a reconnect before any data resume from where the
+			// subscription started.
+			ids.set(it.Key, it.Pos)
+			b = ids.appendID(b)
+		case it.Kind == delivery.KindControl && it.Ends && ids.tracked(it.Key):
+			// The unsubscribed that ends one: a reconnect after it does not take it up.
+			if ids.end(it.Key) {
+				b = ids.appendID(b)
+			}
 		}
 		b = append(b, "data: "...)
 		b = append(b, it.Head...)
