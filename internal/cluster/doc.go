@@ -58,4 +58,12 @@
 // One payload per item and destination node: a kind byte ('m' publication, 't' transaction,
 // 'p' presence event), then JSON. A transaction carries only the events the destination's
 // interest hits, each with its index in the whole transaction, so positions are kept.
+//
+// # Fences
+//
+// A node's table snapshot emits a fence, a logical message outside any transaction
+// (Config.FencePrefix) naming the node, to move its stream past the snapshot however quiet the
+// database is. The replicator sends each fence, with no event, to the node it names, after
+// everything it routed there before: that node's router then knows every transaction before
+// the fence was offered to its hand-offs.
 package cluster

@@ -88,7 +88,12 @@ type Config struct {
 	QueueBytes int
 	// Timeout bounds each interest call a subscription makes. Default 5s.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// FencePrefix, when set, is the prefix of the logical messages a node's table snapshot
+	// emits to move its stream past the snapshot (a fence), whose content is "<node>.<n>":
+	// the replicator sends each to the node it names, after everything it routed there
+	// before, so that node's hand-offs pass it too.
+	FencePrefix string
+	Logger      *slog.Logger
 }
 
 // Node is this node's share of the cross-node fan-out: it files the interest of its

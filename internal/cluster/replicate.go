@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/heraldrt/herald/internal/change"
@@ -47,6 +48,16 @@ func (n *Node) Replicate(ctx context.Context, txn *change.Txn) error {
 		n.cfg.Transport.Send(node, data)
 		n.stats.sent[KindTable].Add(1)
 	}
+	if node := n.fenceNode(txn); node != "" {
+		// The fence's position is all it carries: its events go as empty messages.
+		data, err := encodeTxn(txn, nil)
+		if err != nil {
+			return fmt.Errorf("cluster: encode the fence at %s: %w", txn.CommitLSN, err)
+		}
+		n.cfg.Transport.Send(node, data)
+		n.stats.sent[KindTable].Add(1)
+		perNode[node] = nil
+	}
 	if err := n.cfg.Tables.Accept(ctx, txn); err != nil {
 		return err
 	}
@@ -57,6 +68,24 @@ func (n *Node) Replicate(ctx context.Context, txn *change.Txn) error {
 		return fmt.Errorf("cluster: hand transaction %s to the other nodes: %w", txn.CommitLSN, err)
 	}
 	return nil
+}
+
+// fenceNode returns the other node a fence names, when txn is one: a logical message sent
+// outside any transaction with the fence prefix (Config.FencePrefix), whose content starts
+// with the emitting node's id; "" otherwise.
+func (n *Node) fenceNode(txn *change.Txn) string {
+	if n.cfg.FencePrefix == "" || txn.Transactional || len(txn.Events) != 1 {
+		return ""
+	}
+	e := &txn.Events[0]
+	if e.Op != change.Message || e.Prefix != n.cfg.FencePrefix {
+		return ""
+	}
+	node, _, ok := strings.Cut(e.Content, ".")
+	if !ok || node == "" || node == n.cfg.Node {
+		return ""
+	}
+	return node
 }
 
 // tablesOf returns the indexes of txn's events by table, and, for a transaction too large to

@@ -413,3 +413,50 @@ func TestReplicatePrev(t *testing.T) {
 	rp.r.Streaming(0x900) // resumes past it: another replicator may have recorded meanwhile
 	step("a stream resumed past what was recorded", txnAt(0x1000, "public.a"), map[string]change.LSN{"public.a": 0x8ff})
 }
+
+// TestReplicateFence: a snapshot's fence, a logical message sent outside any transaction with
+// the fence prefix, goes to the node its content names (after what was sent to it before, and
+// flushed), as a position: no event of it. Its own node's, and any other message, go nowhere.
+func TestReplicateFence(t *testing.T) {
+	fence := func(content string) *change.Txn {
+		return &change.Txn{CommitLSN: 0x900, EndLSN: 0x900,
+			Events: []change.Event{{Op: change.Message, Prefix: "herald.fence", Content: content, LSN: 0x900}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		prefix string
+		txn    *change.Txn
+		to     string
+	}{
+		{"another node's", "herald.fence", fence("B.7"), "B"},
+		{"its own", "herald.fence", fence("R.7"), ""},
+		{"no node named", "herald.fence", fence("7"), ""},
+		{"no fence prefix set", "", fence("B.7"), ""},
+		{"another prefix", "app.msg", fence("B.7"), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rp := newReplication(t)
+			rp.r.Node.cfg.FencePrefix = tc.prefix
+			if err := rp.r.Replicate(context.Background(), tc.txn); err != nil {
+				t.Fatal(err)
+			}
+			if tc.to == "" {
+				if n := rp.tr.total(); n != 0 {
+					t.Errorf("%d sends, want none", n)
+				}
+				return
+			}
+			got := rp.txnsTo(t, tc.to)
+			if len(got) != 1 || got[0].CommitLSN != 0x900 || got[0].EndLSN != 0x900 || got[0].Transactional ||
+				len(got[0].Events) != 1 || got[0].Events[0].Op != change.Message || got[0].Events[0].Content != "" {
+				t.Errorf("sent %+v, want the fence's position alone", got)
+			}
+			if rp.tr.flushCount() == 0 {
+				t.Error("the fence was not flushed")
+			}
+			if n := rp.tr.total(); n != 1 {
+				t.Errorf("%d sends, want 1", n)
+			}
+		})
+	}
+}

@@ -44,6 +44,7 @@ type Config struct {
 	Presence          PresenceSection   `yaml:"presence"`
 	Limits            LimitsSection     `yaml:"limits"`
 	ChangefeedSection ChangefeedSection `yaml:"changefeed"`
+	Handoff           HandoffSection    `yaml:"handoff"`
 	PolicySection     PolicySection     `yaml:"policy"`
 	Redis             RedisSection      `yaml:"redis"`
 	Cluster           ClusterSection    `yaml:"cluster"`
@@ -236,6 +237,35 @@ type ChangefeedSection struct {
 	LagWarnBytes Size `yaml:"lag_warn_bytes"`
 }
 
+// HandoffSection configures table snapshots (a subscribe with snapshot) and their hand-off to
+// the change stream: the handoff.* keys. Used only with a changefeed. See snapshot.Config and
+// router.HandoffConfig.
+type HandoffSection struct {
+	// MaxConcurrent is how many snapshots this node reads at once; each holds a database
+	// connection of its own for the read.
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// QueueWait is how long a snapshot waits for its turn before it fails with snapshot_busy.
+	QueueWait time.Duration `yaml:"queue_wait"`
+	// Timeout bounds one snapshot from its read to its live, the client's reading of its rows
+	// included; past it, snapshot_timeout. The read's transaction is bounded by it too.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxRows and MaxBytes bound what one snapshot carries (rows, and their bytes as JSON);
+	// past either, snapshot_too_large.
+	MaxRows  int  `yaml:"max_rows"`
+	MaxBytes Size `yaml:"max_bytes"`
+	// PageRows and PageBytes bound one rows frame.
+	PageRows  int  `yaml:"page_rows"`
+	PageBytes Size `yaml:"page_bytes"`
+	// EarlyBytes and PendingBytes bound the changes held for one snapshot subscription before
+	// its snapshot is known, and while its rows are read and sent; past either,
+	// handoff_buffer_full.
+	EarlyBytes   Size `yaml:"early_bytes"`
+	PendingBytes Size `yaml:"pending_bytes"`
+	// Lookback is how far back in the routed history a new snapshot subscription's hand-off
+	// looks for transactions streamed before it that its snapshot may not see.
+	Lookback time.Duration `yaml:"lookback"`
+}
+
 // Default returns the configuration of a single node with every default set: in-memory stores,
 // no Redis, no database, listening on loopback. It does not pass Validate on its own: a server
 // needs auth keys, or auth.allow_anonymous.
@@ -291,6 +321,18 @@ func Default() *Config {
 			HistoryBytes:   64 * MiB,
 			HistoryAge:     10 * time.Minute,
 			LagWarnBytes:   GiB,
+		},
+		Handoff: HandoffSection{
+			MaxConcurrent: 4,
+			QueueWait:     5 * time.Second,
+			Timeout:       60 * time.Second,
+			MaxRows:       100_000,
+			MaxBytes:      64 * MiB,
+			PageRows:      500,
+			PageBytes:     256 * KiB,
+			EarlyBytes:    4 * MiB,
+			PendingBytes:  32 * MiB,
+			Lookback:      10 * time.Second,
 		},
 		PolicySection: PolicySection{
 			MaxCost: policy.DefaultMaxCost,

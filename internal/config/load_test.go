@@ -118,6 +118,17 @@ changefeed:
   history_bytes: 32MiB
   history_age: 5m
   lag_warn_bytes: 64MiB
+handoff:
+  max_concurrent: 2
+  queue_wait: 2s
+  timeout: 30s
+  max_rows: 5000
+  max_bytes: 8MiB
+  page_rows: 100
+  page_bytes: 64KiB
+  early_bytes: 1MiB
+  pending_bytes: 8MiB
+  lookback: 20s
 policy:
   max_cost: 500
   tables:
@@ -199,6 +210,8 @@ func fullConfig() *Config {
 			HistoryAge:         5 * time.Minute,
 			LagWarnBytes:       64 * MiB,
 		},
+		Handoff: HandoffSection{MaxConcurrent: 2, QueueWait: 2 * time.Second, Timeout: 30 * time.Second, MaxRows: 5000, MaxBytes: 8 * MiB,
+			PageRows: 100, PageBytes: 64 * KiB, EarlyBytes: MiB, PendingBytes: 8 * MiB, Lookback: 20 * time.Second},
 		PolicySection: PolicySection{
 			MaxCost: 500,
 			Tables: map[string]TablePolicy{

@@ -52,7 +52,7 @@ func (c *Config) Problems() []error {
 // checks are Validate's checks, in order. Each stands alone: none relies on an earlier one
 // having passed, so Problems may run them all.
 func (c *Config) checks() []func() error {
-	return []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChannels, c.checkPresence, c.checkChangefeed, c.checkPolicy, c.checkCluster, c.checkDurable}
+	return []func() error{c.checkPositive, c.checkServer, c.checkAuth, c.checkAPI, c.checkLimits, c.checkChannels, c.checkPresence, c.checkChangefeed, c.checkHandoff, c.checkPolicy, c.checkCluster, c.checkDurable}
 }
 
 // bad builds the error for key, with where its value came from.
@@ -386,6 +386,35 @@ func (c *Config) checkChangefeed() error {
 	cf := c.Changefeed()
 	if err := cf.Validate(); err != nil {
 		return c.changefeedError("changefeed", err)
+	}
+	return nil
+}
+
+// checkHandoff refuses a snapshot setting without a changefeed (most often a database URL that
+// did not come from the environment as meant), and a page the data lane could not take.
+func (c *Config) checkHandoff() error {
+	if c.ChangefeedSection.DatabaseURL == "" {
+		url := mustKey("changefeed.database_url")
+		def := Default()
+		for _, k := range keys() {
+			if strings.HasPrefix(k.Name, "handoff.") && !reflect.DeepEqual(k.field(c).Interface(), k.field(def).Interface()) {
+				return c.bad(k.Name, "is set, but changefeed.database_url is empty, so no table is streamed and no snapshot read",
+					url.fix("the database to stream", exampleFor(url))+fmt.Sprintf(", or remove %s (and unset %s)", k.Name, k.Env))
+			}
+		}
+		return nil
+	}
+	h, l := c.Handoff, c.Limits
+	// A page is one frame on the data lane, with its JSON's brackets and the frame's fields.
+	if h.PageBytes > l.DataLaneBytes/2 {
+		k := mustKey("handoff.page_bytes")
+		return c.bad(k.Name, fmt.Sprintf("is %s, more than half of limits.data_lane_bytes (%s): a page could not be queued for a client", h.PageBytes, l.DataLaneBytes),
+			k.fix("at most half of limits.data_lane_bytes", (l.DataLaneBytes/2).String()))
+	}
+	if h.MaxBytes < h.PageBytes {
+		k := mustKey("handoff.max_bytes")
+		return c.bad(k.Name, fmt.Sprintf("is %s, less than handoff.page_bytes (%s)", h.MaxBytes, h.PageBytes),
+			k.fix("at least handoff.page_bytes", h.PageBytes.String()))
 	}
 	return nil
 }

@@ -89,7 +89,9 @@ func TestValidate(t *testing.T) {
 		{name: "negative SSE resume window", change: func(c *Config) { c.Limits.SSEResumeWindow = -time.Second }, wantKey: "limits.sse_resume_window"},
 		{name: "data lane below a frame", change: func(c *Config) { c.Limits.DataLaneBytes = c.Limits.MaxFrameBytes - 1 },
 			wantKey: "limits.data_lane_bytes", wantDetail: "smaller than limits.max_frame_bytes (32KiB)", wantFix: []string{"HERALD_LIMITS_MAX_FRAME_BYTES"}},
-		{name: "data lane equal to a frame", change: func(c *Config) { c.Limits.DataLaneBytes = c.Limits.MaxFrameBytes }},
+		{name: "data lane equal to a frame", change: func(c *Config) {
+			c.Limits.DataLaneBytes, c.Handoff.PageBytes = c.Limits.MaxFrameBytes, c.Limits.MaxFrameBytes/2
+		}},
 		{name: "data lane below a publish", change: func(c *Config) {
 			c.Limits.MaxPublishBytes = 2 * MiB
 		}, wantKey: "limits.data_lane_bytes", wantDetail: "smaller than limits.max_publish_bytes (2MiB)", wantFix: []string{"HERALD_LIMITS_MAX_PUBLISH_BYTES"}},
@@ -110,7 +112,9 @@ func TestValidate(t *testing.T) {
 			wantFix: []string{"HERALD_CHANNELS_HISTORY_TTL=2m0s"}},
 
 		// changefeed
-		{name: "changefeed off", change: func(c *Config) { c.ChangefeedSection = Default().ChangefeedSection }},
+		{name: "changefeed off", change: func(c *Config) {
+			c.ChangefeedSection, c.Handoff = Default().ChangefeedSection, Default().Handoff
+		}},
 		{name: "changefeed setting without a database", change: func(c *Config) { c.ChangefeedSection.DatabaseURL = "" },
 			wantKey: "changefeed.slot", wantDetail: "changefeed.database_url is empty", wantFix: []string{"HERALD_CHANGEFEED_DATABASE_URL"}},
 		{name: "bad slot", change: func(c *Config) { c.ChangefeedSection.Slot = "Herald" }, wantKey: "changefeed.slot",
@@ -169,6 +173,14 @@ func TestValidate(t *testing.T) {
 		{name: "presence roster just fits", change: func(c *Config) {
 			c.Presence.MaxMembers, c.Presence.MaxMetaBytes, c.Limits.ControlLaneBytes = 256, 256, 256*KiB
 		}},
+		{name: "handoff page past the data lane", change: func(c *Config) { c.Handoff.PageBytes = 600 * KiB }, wantKey: "handoff.page_bytes",
+			wantDetail: "could not be queued", wantFix: []string{"512KiB"}},
+		{name: "handoff bytes below a page", change: func(c *Config) { c.Handoff.MaxBytes = 32 * KiB }, wantKey: "handoff.max_bytes",
+			wantDetail: "less than handoff.page_bytes"},
+		{name: "handoff without a changefeed", change: func(c *Config) {
+			c.ChangefeedSection, c.Handoff = Default().ChangefeedSection, Default().Handoff
+			c.Handoff.MaxRows = 10
+		}, wantKey: "handoff.max_rows", wantDetail: "changefeed.database_url is empty", wantFix: []string{"HERALD_CHANGEFEED_DATABASE_URL"}},
 		{name: "key=value database URL", change: func(c *Config) {
 			c.ChangefeedSection.DatabaseURL = "host=db user=herald password=" + testDBPass + " dbname=app sslmode=verify-full"
 		}},

@@ -222,6 +222,10 @@ func (l *Lanes) fillLocked(b *Batch) bool {
 		nData++
 	}
 	l.taken += uint64(nData)
+	if nData > 0 && l.dataWait != nil {
+		close(l.dataWait) // whoever waits in TryPushData tries again
+		l.dataWait = nil
+	}
 	if l.data.len() == 0 {
 		// The client has caught up with everything queued: whatever stall there was is over.
 		l.stallSince = time.Time{}

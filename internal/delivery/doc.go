@@ -5,7 +5,9 @@
 //
 // Each connection has one Lanes. Producers (the session, on behalf of the router, the channel
 // hub and its own replies, from many goroutines) call PushData (or PushDataDeferred and Wake),
-// Gap, PushControl and Forget. Exactly one writer goroutine, owned by the transport, calls
+// Gap, PushControl and Forget. A producer that must not lose what it sends, and may wait
+// instead (a table snapshot's pages), calls TryPushData, which admits a frame only when it
+// fits and otherwise hands back a channel closed when the writer next takes data frames. Exactly one writer goroutine, owned by the transport, calls
 // TryNext and Next and writes what they return to the socket. Anyone may call Close, Stalled,
 // Stats and ControlRoom.
 //

@@ -42,6 +42,10 @@ func (f *Frame) Size() int { return len(f.Head) + len(f.Body) }
 // ErrClosed is returned by PushControl and Next once Close has been called.
 var ErrClosed = errors.New("delivery: lanes closed")
 
+// ErrDataTooLarge is TryPushData's refusal of a frame larger than the whole data lane
+// (Config.MaxDataBytes): it can never be admitted.
+var ErrDataTooLarge = errors.New("delivery: frame larger than the data lane")
+
 // ErrControlFull is what a *ControlFullError unwraps to, for errors.Is.
 var ErrControlFull = errors.New("delivery: control lane full")
 
@@ -89,6 +93,9 @@ type Lanes struct {
 	// roomWait is closed, and cleared, when the writer next takes control frames or at Close:
 	// what ControlRoom hands a caller to wait on. Nil while nobody waits.
 	roomWait chan struct{}
+	// dataWait is roomWait for the data lane: closed, and cleared, when the writer next takes
+	// data frames or at Close; what TryPushData hands a caller to wait on.
+	dataWait chan struct{}
 	// stallSince is when the current stall began; zero when not stalled (see Stalled).
 	stallSince time.Time
 
@@ -224,6 +231,46 @@ func (l *Lanes) PushDataDeferred(f Frame) (ok, wake bool) {
 	return true, wake
 }
 
+// TryPushData queues f on the data lane if it fits now, and returns nil, nil when it did. It
+// is PushData for a producer that may wait rather than lose what it sends (a snapshot's pages,
+// which have no position a marker could name): when f does not fit, it queues nothing, opens
+// no marker and returns a channel that is closed once the writer next takes data frames off
+// the lane (or at Close), to wait on before trying again. A frame larger than MaxDataBytes
+// never fits: ErrDataTooLarge. After Close: ErrClosed. A frame for a key whose gap is still
+// open joins it (rule 2), as with PushData, and counts as queued. Safe for concurrent use.
+func (l *Lanes) TryPushData(f Frame) (wait <-chan struct{}, err error) {
+	size := f.Size()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if m := l.markers.get(f.Key); m != nil {
+		l.widenLocked(m, f.Pos, 1)
+		return nil, nil
+	}
+	if size > l.cfg.MaxDataBytes {
+		l.mu.Unlock()
+		return nil, ErrDataTooLarge
+	}
+	if l.data.len() >= l.cfg.MaxDataFrames || l.datBytes+size > l.cfg.MaxDataBytes {
+		if l.dataWait == nil {
+			l.dataWait = make(chan struct{})
+		}
+		w := l.dataWait
+		l.mu.Unlock()
+		return w, nil
+	}
+	l.data.push(f, l.cfg.MaxDataFrames)
+	l.datBytes += size
+	l.admitted++
+	wake := l.unparkLocked()
+	l.mu.Unlock()
+	l.stats.dataAdmitted.Add(1)
+	l.signal(wake)
+	return nil, nil
+}
+
 // Wake wakes the writer that a PushDataDeferred reported. Safe for concurrent use; a wake the
 // writer does not need costs it one look at the lanes.
 func (l *Lanes) Wake() { l.signal(true) }
@@ -338,6 +385,10 @@ func (l *Lanes) Close() {
 	if l.roomWait != nil {
 		close(l.roomWait)
 		l.roomWait = nil
+	}
+	if l.dataWait != nil {
+		close(l.dataWait)
+		l.dataWait = nil
 	}
 	l.mu.Unlock()
 	l.stats.discarded.Add(uint64(discarded))

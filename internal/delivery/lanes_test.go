@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -449,6 +450,89 @@ func TestControlRoom(t *testing.T) {
 		}
 		if ok, _ := l.ControlRoom(1, 1); !ok {
 			t.Error("closed lanes report no room: a waiter would wait forever")
+		}
+	})
+}
+
+// TestTryPushData: a frame that fits is queued; one that does not is neither queued nor lost
+// into a marker, and the caller is handed a wait that ends when the writer takes data frames
+// (not control frames) or at Close; a frame larger than the lane is refused; one for a key with
+// an open gap joins the gap, as PushData's does.
+func TestTryPushData(t *testing.T) {
+	t.Run("fits, then waits for the writer", func(t *testing.T) {
+		l := newLanes(t, Config{MaxDataFrames: 2, MaxDataBytes: 10})
+		for i, f := range []Frame{frame("k", "1", 4), frame("k", "2", 4)} {
+			if wait, err := l.TryPushData(f); wait != nil || err != nil {
+				t.Fatalf("frame %d: TryPushData = %v, %v; want it queued", i, wait, err)
+			}
+		}
+		wait, err := l.TryPushData(frame("k", "3", 4))
+		if wait == nil || err != nil {
+			t.Fatalf("TryPushData into a full lane = %v, %v; want a wait", wait, err)
+		}
+		if st := l.Stats(); st.Markers != 0 || st.Lost(ReasonLaneFull) != 0 {
+			t.Errorf("a frame that waits was lost: %+v", st)
+		}
+		if err := l.PushControl([]byte("c")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-wait:
+			t.Fatal("the wait ended before any data frame left the lane")
+		default:
+		}
+		var b Batch
+		if !l.TryNext(&b) {
+			t.Fatal("TryNext found nothing")
+		}
+		select {
+		case <-wait:
+		default:
+			t.Fatal("the wait did not end when the writer took data frames")
+		}
+		if wait, err := l.TryPushData(frame("k", "3", 4)); wait != nil || err != nil {
+			t.Fatalf("TryPushData after the writer drained = %v, %v; want it queued", wait, err)
+		}
+		var got []string
+		for l.TryNext(&b) {
+			for _, it := range b.Items {
+				got = append(got, render(it))
+			}
+		}
+		if want := []string{"d:k@3"}; !slices.Equal(got, want) {
+			t.Errorf("written %v, want %v", got, want)
+		}
+	})
+	t.Run("too large", func(t *testing.T) {
+		l := newLanes(t, Config{MaxDataBytes: 10})
+		if wait, err := l.TryPushData(frame("k", "1", 11)); wait != nil || !errors.Is(err, ErrDataTooLarge) {
+			t.Fatalf("TryPushData of a frame larger than the lane = %v, %v; want ErrDataTooLarge", wait, err)
+		}
+	})
+	t.Run("an open gap takes it", func(t *testing.T) {
+		l := newLanes(t, Config{})
+		l.Gap("k", "1", "2", 2, ReasonLaneFull)
+		if wait, err := l.TryPushData(frame("k", "3", 4)); wait != nil || err != nil {
+			t.Fatalf("TryPushData = %v, %v", wait, err)
+		}
+		var b Batch
+		l.TryNext(&b)
+		if len(b.Items) != 1 || render(b.Items[0]) != "m:k lane_full 1..3 3" {
+			t.Errorf("batch %v, want the marker widened to 3", b.Items)
+		}
+	})
+	t.Run("close ends the wait", func(t *testing.T) {
+		l := newLanes(t, Config{MaxDataFrames: 1})
+		l.PushData(frame("k", "1", 1))
+		wait, _ := l.TryPushData(frame("k", "2", 1))
+		l.Close()
+		select {
+		case <-wait:
+		default:
+			t.Fatal("Close did not end the wait")
+		}
+		if _, err := l.TryPushData(frame("k", "2", 1)); !errors.Is(err, ErrClosed) {
+			t.Errorf("TryPushData after Close: %v, want ErrClosed", err)
 		}
 	})
 }

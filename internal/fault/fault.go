@@ -73,6 +73,38 @@ const (
 	// this name with another definition (channel, event or mode); the existing one is
 	// unaffected.
 	CodeDurableConflict Code = "durable_conflict"
+	// The codes a table subscription's snapshot ends with (handoff.Reason, the same strings;
+	// policy_error is CodePolicyError). They end a subscription already answered subscribed,
+	// in an unprompted unsubscribed; the client subscribes again, or changes its request.
+
+	// CodeSnapshotBusy (503): too many snapshots are being read; the request waited its turn.
+	CodeSnapshotBusy Code = "snapshot_busy"
+	// CodeSnapshotTimeout (503): the snapshot took longer than handoff.timeout: reading it,
+	// sending it to a client reading slowly, or the stream reaching past it.
+	CodeSnapshotTimeout Code = "snapshot_timeout"
+	// CodeSnapshotTooLarge (413): more rows (or bytes) match than a snapshot may carry
+	// (handoff.max_rows, handoff.max_bytes), or one row is larger than the connection's queue.
+	CodeSnapshotTooLarge Code = "snapshot_too_large"
+	// CodeHandoffBufferFull (503): the changes held while the rows were read outgrew their
+	// bound (handoff.early_bytes, handoff.pending_bytes).
+	CodeHandoffBufferFull Code = "handoff_buffer_full"
+	// CodeSnapshotOnStandby (500): the snapshot connection reached a standby.
+	CodeSnapshotOnStandby Code = "snapshot_on_standby"
+	// CodeSnapshotIsolation (500): the read transaction did not run at REPEATABLE READ.
+	CodeSnapshotIsolation Code = "snapshot_isolation"
+	// CodeSnapshotMismatch (503): the snapshot contradicts the change stream (another server).
+	CodeSnapshotMismatch Code = "snapshot_mismatch"
+	// CodeSchemaChanged (503): the table's columns changed while its rows were read.
+	CodeSchemaChanged Code = "schema_changed"
+	// CodeReplicationRestarted (503): the change stream restarted, or lost changes, while the
+	// snapshot waited on it.
+	CodeReplicationRestarted Code = "replication_restarted"
+	// CodeTableNotReady (503): the table joined the publication too recently.
+	CodeTableNotReady Code = "table_not_ready"
+	// CodeSyncStandbyStalled (503): a transaction waits for a synchronous standby longer than
+	// the look-back (handoff.lookback).
+	CodeSyncStandbyStalled Code = "sync_standby_stalled"
+
 	// CodeUnavailable (503): a dependency is down (the changefeed, the store), or the node is too
 	// busy to take a publication (its fan-out queue stayed full); try again later.
 	CodeUnavailable Code = "unavailable"
@@ -103,6 +135,17 @@ var codeStatus = map[Code]int{
 	CodeUnavailable:           503,
 	CodePresenceFull:          429,
 	CodeDurableConflict:       409,
+	CodeSnapshotBusy:          503,
+	CodeSnapshotTimeout:       503,
+	CodeSnapshotTooLarge:      413,
+	CodeHandoffBufferFull:     503,
+	CodeSnapshotOnStandby:     500,
+	CodeSnapshotIsolation:     500,
+	CodeSnapshotMismatch:      503,
+	CodeSchemaChanged:         503,
+	CodeReplicationRestarted:  503,
+	CodeTableNotReady:         503,
+	CodeSyncStandbyStalled:    503,
 }
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them, for metrics that
@@ -114,7 +157,9 @@ func Codes() []Code {
 		CodeDuplicateSubscription, CodeTooManySubscriptions, CodeTooManyConnections,
 		CodeRateLimited, CodeTooSlow, CodeBadFilter, CodeUnknownTable, CodeUnknownColumn, CodeBadPosition,
 		CodePublishNotAllowed, CodeNotImplemented, CodePolicyError, CodeInternal, CodeUnavailable,
-		CodePresenceFull, CodeDurableConflict,
+		CodePresenceFull, CodeDurableConflict, CodeSnapshotBusy, CodeSnapshotTimeout, CodeSnapshotTooLarge,
+		CodeHandoffBufferFull, CodeSnapshotOnStandby, CodeSnapshotIsolation, CodeSnapshotMismatch,
+		CodeSchemaChanged, CodeReplicationRestarted, CodeTableNotReady, CodeSyncStandbyStalled,
 	}
 }
 

@@ -109,6 +109,9 @@ const txnOverhead = 64
 type Stats struct {
 	Skipped   uint64 // transactions the snapshot saw (their Items, if any, dropped)
 	Delivered uint64 // transactions handed to the sink
+	// Straddled counts the transactions held for the sink that were running when the snapshot
+	// was taken (in its XIP): begun before it, committed after.
+	Straddled uint64
 	// EarlyBytes and PendingBytes are what the buffers hold now; PeakBytes the most they
 	// held together.
 	EarlyBytes, PendingBytes, PeakBytes int
@@ -357,6 +360,9 @@ func (h *Handoff[T]) judgeLocked(t *Txn[T]) error {
 	}
 	if len(t.Items) == 0 {
 		return nil
+	}
+	if t.XID8 >= h.snap.Xmin && t.XID8 < h.snap.Xmax {
+		h.stats.Straddled++
 	}
 	h.pending = append(h.pending, t)
 	h.pendingBytes += t.Bytes + txnOverhead

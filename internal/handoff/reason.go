@@ -65,9 +65,9 @@ var reasonInfo = map[Reason]struct {
 	fix   string
 	retry bool
 }{
-	ReasonBusy:                 {"retry with backoff; if it persists, raise handoff.snapshot_pool", true},
-	ReasonTimeout:              {"retry with backoff; if it persists, narrow the filter or raise handoff.snapshot_timeout", true},
-	ReasonTooLarge:             {"narrow the filter, or raise handoff.max_rows", false},
+	ReasonBusy:                 {"retry with backoff; if it persists, raise handoff.max_concurrent or handoff.queue_wait", true},
+	ReasonTimeout:              {"retry with backoff; if it persists, narrow the filter or raise handoff.timeout", true},
+	ReasonTooLarge:             {"narrow the filter or the columns, or raise handoff.max_rows and handoff.max_bytes", false},
 	ReasonBufferFull:           {"retry with backoff; if it persists, raise handoff.pending_bytes and handoff.early_bytes", true},
 	ReasonOnStandby:            {"point the database URL at the primary that holds the replication slot, not a standby", false},
 	ReasonIsolation:            {"reach the database directly or through a pooler that keeps a transaction on one connection (session or transaction mode)", false},

@@ -196,7 +196,7 @@ func (c *Conn) Subscribe(ctx context.Context, f *wire.Subscribe) *wire.Error {
 
 func (c *Conn) subscribe(ctx context.Context, f *wire.Subscribe) *wire.Error {
 	err := c.s.Subscribe(ctx, session.SubscribeRequest{Ref: f.ID, Sub: f.Sub, Table: f.Table, Filter: f.Filter,
-		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence,
+		Columns: f.Columns, Channel: f.Channel, Event: f.Event, From: f.From, Presence: f.Presence, Snapshot: f.Snapshot,
 		Durable: f.Durable || f.Mode == wire.ModeSingle, Single: f.Mode == wire.ModeSingle})
 	if err != nil {
 		return errorFrame(f.ID, err, "channel")

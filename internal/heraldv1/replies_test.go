@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/heraldrt/herald/internal/channel"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/session"
@@ -216,6 +218,119 @@ func TestReplies(t *testing.T) {
 			}
 			if !ok {
 				t.Fatalf("got %T %+v, want %T %+v", got, got, tt.want, tt.want)
+			}
+		})
+	}
+}
+
+// snapshotTables attaches every table subscription; its snapshot fails, or sends one page of
+// rows, then the hand-off's live.
+type snapshotTables struct {
+	rows []change.Row
+	fail error // the snapshot's failure; nil: it goes live
+}
+
+func (t snapshotTables) Subscribe(_ context.Context, r stream.Receiver, req session.SubscribeRequest) (session.TableSubscription, error) {
+	ts := session.TableSubscription{Key: []string{"id"}, Unsubscribe: func() {}}
+	if req.Snapshot {
+		ts.Snapshot = func(ctx context.Context, pages session.SnapshotPages) error {
+			if t.fail != nil {
+				return t.fail
+			}
+			if err := pages.Page(ctx, t.rows, stream.Progress{Rows: len(t.rows), Bytes: 8, Pages: 1}, true); err != nil {
+				return err
+			}
+			r.Push(req.Sub, stream.NewLive(stream.TablePosition(0x16B374D848, 0)))
+			return nil
+		}
+	}
+	return ts, nil
+}
+
+// TestSnapshotProtocol: a subscribe with snapshot is refused on a channel, with from and in mode
+// single, as bad_frame naming the field; otherwise it is answered subscribed with snapshot and
+// no position, then rows, then live with its position; a snapshot that fails (too large, busy)
+// ends it with an unprompted unsubscribed carrying its code.
+func TestSnapshotProtocol(t *testing.T) {
+	row := change.Row{{Name: "id", Value: json.RawMessage(`1`)}}
+	refusals := []struct {
+		name, frame, field string
+	}{
+		{"on a channel", `{"type":"subscribe","id":"1","sub":"s","channel":"rooms/1","snapshot":true}`, "snapshot"},
+		{"with from", `{"type":"subscribe","id":"1","sub":"s","table":"public.t","from":"16/B374D848","snapshot":true}`, "snapshot"},
+		{"in mode single", `{"type":"subscribe","id":"1","sub":"s","table":"public.t","mode":"single","snapshot":true}`, "snapshot"},
+	}
+	for _, tt := range refusals {
+		t.Run("refused "+tt.name, func(t *testing.T) {
+			rec := &recordingTransport{}
+			s, err := session.New(session.Config{Codec: wire.Codec{}}, session.Deps{Tables: snapshotTables{}, Channels: fakeChannels{}}, rec, auth.Identity{Subject: "u"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			New(s).HandleFrame(ctx, []byte(tt.frame))
+			got, ok := rec.next(t, 0).(*wire.Error)
+			if !ok || got.ID != "1" || got.Code != wire.CodeBadFrame || got.Field != tt.field || got.Message == "" {
+				t.Fatalf("got %+v, want bad_frame on %s with id 1 and a message", rec.next(t, 0), tt.field)
+			}
+		})
+	}
+	answers := []struct {
+		name   string
+		tables snapshotTables
+		want   []wire.Frame
+	}{
+		{"live", snapshotTables{rows: []change.Row{row}}, []wire.Frame{
+			&wire.Subscribed{ID: "1", Sub: "s", Key: []string{"id"}, Snapshot: true},
+			&wire.Rows{Sub: "s", Rows: []change.Row{row}, Progress: stream.Progress{Rows: 1, Bytes: 8, Pages: 1}, Last: true},
+			&wire.Live{Sub: "s", Pos: stream.TablePosition(0x16B374D848, 0)},
+		}},
+		{"too large", snapshotTables{fail: &fault.Error{Code: fault.CodeSnapshotTooLarge, Message: "more than 100000 rows match"}}, []wire.Frame{
+			&wire.Subscribed{ID: "1", Sub: "s", Key: []string{"id"}, Snapshot: true},
+			&wire.Unsubscribed{Sub: "s", Code: wire.CodeSnapshotTooLarge, Message: "more than 100000 rows match"},
+		}},
+		{"busy", snapshotTables{fail: &fault.Error{Code: fault.CodeSnapshotBusy, Message: "4 snapshots are being read"}}, []wire.Frame{
+			&wire.Subscribed{ID: "1", Sub: "s", Key: []string{"id"}, Snapshot: true},
+			&wire.Unsubscribed{Sub: "s", Code: wire.CodeSnapshotBusy, Message: "4 snapshots are being read"},
+		}},
+	}
+	for _, tt := range answers {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &recordingTransport{}
+			s, err := session.New(session.Config{Codec: wire.Codec{}}, session.Deps{Tables: tt.tables}, rec, auth.Identity{Subject: "u"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { s.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			New(s).HandleFrame(ctx, []byte(`{"type":"subscribe","id":"1","sub":"s","table":"public.t","snapshot":true}`))
+			// The unsubscribed is a control frame, which may overtake the rows in one batch;
+			// compare each frame type's frames in order.
+			var got []wire.Frame
+			for i := range tt.want {
+				got = append(got, rec.next(t, i))
+			}
+			byType := func(fs []wire.Frame) map[wire.FrameType][]string {
+				m := map[wire.FrameType][]string{}
+				for _, f := range fs {
+					b, err := wire.AppendFrame(nil, f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					m[f.Type()] = append(m[f.Type()], string(b))
+				}
+				return m
+			}
+			if diff := cmp.Diff(byType(tt.want), byType(got)); diff != "" {
+				t.Errorf("frames (-want +got):\n%s", diff)
+			}
+			if got[0].Type() != wire.FrameSubscribed {
+				t.Errorf("first frame %T, want subscribed", got[0])
 			}
 		})
 	}

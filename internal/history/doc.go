@@ -11,8 +11,10 @@
 // The replicator appends one entry per table a transaction touched (cluster.Node.Replicate),
 // before it stamps the table's mark, in commit order: every transaction of a table at or
 // before the mark a subscriber reads is already in the table's history. An entry holds the
-// transaction's commit LSN, the table's changes in it (each with its index in the whole
-// transaction, so positions are kept) or its overflow, and Prev: the commit LSN of the table's
+// transaction's commit LSN, its id (XID8) and the end of its commit record, by which a table
+// snapshot's hand-off judges it when it looks back (internal/handoff), the table's changes in
+// it (each with its index in the whole transaction, so positions are kept) or its overflow,
+// and Prev: the commit LSN of the table's
 // transaction before it, or an LSN after that one (never before). So a table's history holds
 // every transaction of the table after its oldest entry's Prev, its floor, as long as every
 // entry's Prev is the entry before it; a resume from at or after the floor is inside it.

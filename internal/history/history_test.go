@@ -50,7 +50,7 @@ func TestCovers(t *testing.T) {
 func TestEncodeDecode(t *testing.T) {
 	at := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
 	key := []string{"id"}
-	txn := &change.Txn{CommitLSN: 0x500, Events: []change.Event{
+	txn := &change.Txn{CommitLSN: 0x500, EndLSN: 0x530, XID8: 1<<32 | 77, Events: []change.Event{
 		{Table: "public.items", Op: change.Insert, After: change.Row{{Name: "id", Value: json.RawMessage(`1`)}}, Key: key, LSN: 0x500, TxID: 7, CommitTime: at},
 		{Table: "public.orders", Op: change.Insert, After: change.Row{{Name: "id", Value: json.RawMessage(`2`)}}, LSN: 0x500},
 		{Table: "public.items", Op: change.Update, Before: change.Row{{Name: "id", Value: json.RawMessage(`1`)}}, BeforeKeyOnly: true,
@@ -64,11 +64,19 @@ func TestEncodeDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Txn{LSN: 0x500, Events: []Event{{Idx: 1, Event: txn.Events[0], Key: key}, {Idx: 3, Event: txn.Events[2], Key: key}}}
+	want := Txn{LSN: 0x500, XID8: 1<<32 | 77, End: 0x530, Events: []Event{{Idx: 1, Event: txn.Events[0], Key: key}, {Idx: 3, Event: txn.Events[2], Key: key}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("decoded (-want +got):\n%s", diff)
 	}
 
+	// An entry written before the transaction's id and end were kept reads with neither.
+	if got, err := Decode(0x400, []byte(`{"e":[{"i":1,"table":"public.items","op":"insert","after":{"id":1}}]}`)); err != nil || got.XID8 != 0 || got.End != 0 || len(got.Events) != 1 {
+		t.Errorf("an older entry decoded as %+v, %v", got, err)
+	}
+	// With nothing but its id and end.
+	if b, err := Encode(&change.Txn{CommitLSN: 0x450, EndLSN: 0x460, XID8: 9}, nil); err != nil || string(b) != `{"x":9,"n":"0/460"}` {
+		t.Errorf("Encode of a transaction without changes = %s, %v", b, err)
+	}
 	of := &change.Txn{CommitLSN: 0x600, Overflow: &change.Overflow{Tables: map[string]int{"public.items": 3}, Changes: 3}}
 	if b, err = Encode(of, nil); err != nil {
 		t.Fatal(err)
@@ -89,6 +97,7 @@ func TestDecodeRefuses(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"e":[{"i":1,"table":"public.items","op":"insert","after":[{"name":"id","value":1}],"k":["id"]}]}`))
 	f.Add([]byte(`{"o":{"Tables":{"public.items":3},"Changes":3}}`))
+	f.Add([]byte(`{"x":4294967373,"n":"0/530","e":[{"i":1,"table":"public.items","op":"insert","after":{"id":1}}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		txn, err := Decode(7, b)
 		if err != nil {

@@ -13,7 +13,12 @@ import (
 // overflow (whose rows were never kept).
 type Txn struct {
 	// LSN is the transaction's commit LSN: the entry's, which Decode sets.
-	LSN      change.LSN       `json:"-"`
+	LSN change.LSN `json:"-"`
+	// XID8 and End are the transaction's id and the end of its commit record: what a table
+	// snapshot's hand-off judges a transaction by. Zero in an entry written before they were
+	// kept.
+	XID8     change.XID8      `json:"x,omitempty"`
+	End      change.LSN       `json:"n,omitzero"`
 	Events   []Event          `json:"e,omitempty"`
 	Overflow *change.Overflow `json:"o,omitempty"`
 }
@@ -31,8 +36,18 @@ type Event struct {
 // It writes each change with change.Event.AppendJSON, without reflection: the replicator runs
 // it for every table of every transaction.
 func Encode(txn *change.Txn, idx []int) ([]byte, error) {
-	b := make([]byte, 0, 256*len(idx)+16)
+	b := make([]byte, 0, 256*len(idx)+48)
 	b = append(b, '{')
+	if txn.XID8 != 0 {
+		b = append(b, `"x":`...)
+		b = strconv.AppendUint(b, uint64(txn.XID8), 10)
+		b = append(b, ',')
+	}
+	if txn.EndLSN != 0 {
+		b = append(b, `"n":"`...)
+		b, _ = txn.EndLSN.AppendText(b)
+		b = append(b, `",`...)
+	}
 	if txn.Overflow != nil {
 		of, err := json.Marshal(txn.Overflow)
 		if err != nil {
@@ -40,9 +55,7 @@ func Encode(txn *change.Txn, idx []int) ([]byte, error) {
 		}
 		b = append(b, `"o":`...)
 		b = append(b, of...)
-		if len(idx) > 0 {
-			b = append(b, ',')
-		}
+		b = append(b, ',')
 	}
 	if len(idx) > 0 {
 		b = append(b, `"e":[`...)
@@ -68,7 +81,10 @@ func Encode(txn *change.Txn, idx []int) ([]byte, error) {
 			b = e.AppendJSON(b)
 			b[n] = ','
 		}
-		b = append(b, ']')
+		b = append(b, "],"...)
+	}
+	if b[len(b)-1] == ',' {
+		b = b[:len(b)-1]
 	}
 	return append(b, '}'), nil
 }

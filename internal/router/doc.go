@@ -70,6 +70,26 @@
 // transaction this router routed or a position it was told of (Seed, GapAll), before which it
 // never saw some transactions and never will.
 //
+// # Snapshots
+//
+// A subscription asked with Request.Snapshot begins with its table's rows, read by its caller,
+// and the router joins them to its stream through a hand-off (internal/handoff). Under mu, the
+// entry joins its table with a collect as its target, its hand-off starts after the head, and
+// is offered the History's transactions of the last HandoffConfig.Lookback, oldest first, each
+// routed through the entry alone: a transaction routed just before the subscription may still
+// have been invisible to the snapshot read after it. Then Accept offers every hand-off in
+// progress every transaction it routes, with what the entry's collect gathered from it (perhaps
+// nothing: its position counts), and a logical message sent outside any transaction (the
+// reader's fence) as a position. The hand-off skips what the snapshot saw, holds the rest until
+// the rows are sent and the stream has passed the snapshot's bound, and then delivers it, and a
+// Live item, to the subscriber through the bus (handoffSink). Once it is done, Accept settles
+// it: a live entry is filed again with its subscriber as its target and routed as any other; a
+// failed one routes into its collect, which drops everything, until its subscriber lets it go.
+// A loss the stream reports (GapAll) and a restart of the stream (Seed, past the first) fail
+// every hand-off in progress (replication_restarted); a live one is told as any subscription.
+// Snapshot.Keep decides the rows as a change's new image is decided, with the claims the
+// subscriber had when it subscribed.
+//
 // # Output
 //
 // The router knows no protocol. It hands each subscriber a stream.Item, a change view or a
@@ -82,7 +102,8 @@
 // order, under mu (exclusively: routing writes the scratch space and the generation counters
 // it shares with nothing else); Subscribe takes mu too, so a subscription becomes live between
 // two transactions, and the position it reports is the last transaction routed before it.
-// Lock order: mu, then whatever the bus and the receivers take (a session's mu, then its
-// lanes' lock). Items go to the bus, which never blocks on a receiver, and Accept returns once
+// Lock order: mu, then a hand-off's lock, then whatever the bus and the receivers take (a
+// session's mu, then its lanes' lock). A hand-off also delivers from its reader's goroutine
+// (when the rows are sent) without mu: its own lock, then the receivers'. Items go to the bus, which never blocks on a receiver, and Accept returns once
 // the bus has flushed the transaction: only then does the changefeed confirm it.
 package router

@@ -47,6 +47,14 @@ type histTxn struct {
 	at     time.Time // when it was routed: age is measured from here
 	events []histEvent
 	bytes  int
+	// xid8 and end are the transaction's id and the end of its commit record: a snapshot's
+	// hand-off judges the look-back by them (HandoffConfig.Lookback).
+	xid8 change.XID8
+	end  change.LSN
+	// overflow is set for a transaction too large to hold, kept without its rows: the history
+	// was let go up to it (a resume cannot pass it), but a hand-off's look-back still offers
+	// it, as the gap it is.
+	overflow *change.Overflow
 }
 
 type histEvent struct {
@@ -118,12 +126,13 @@ func (h *History) append(txn *change.Txn, now time.Time, keep func(table string)
 	}
 	if txn.Overflow != nil {
 		// Its rows were let go before they reached the router: a from before it cannot be
-		// replayed past it.
+		// replayed past it. It stays, rowless, for hand-offs' look-backs.
 		h.evictAll(txn.CommitLSN)
+		h.txns = append(h.txns, histTxn{lsn: txn.CommitLSN, at: now, xid8: txn.XID8, end: txn.EndLSN, overflow: txn.Overflow})
 		return
 	}
 	if len(t.events) > 0 {
-		t.lsn, t.at = txn.CommitLSN, now
+		t.lsn, t.at, t.xid8, t.end = txn.CommitLSN, now, txn.XID8, txn.EndLSN
 		h.txns = append(h.txns, t)
 		h.bytes += t.bytes
 	}
@@ -184,6 +193,17 @@ func (h *History) after(lsn change.LSN, idx uint32, fn func(lsn change.LSN, e *h
 			}
 			fn(t.lsn, &t.events[k])
 		}
+	}
+}
+
+// since calls fn for each kept transaction routed at or after from, oldest first.
+func (h *History) since(from time.Time, fn func(t *histTxn)) {
+	i := len(h.txns)
+	for i > h.start && !h.txns[i-1].at.Before(from) {
+		i--
+	}
+	for ; i < len(h.txns); i++ {
+		fn(&h.txns[i])
 	}
 }
 

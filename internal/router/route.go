@@ -41,14 +41,41 @@ func (r *Router) Accept(ctx context.Context, txn *change.Txn) error {
 	}
 	// The writers the transaction fed wake now, each to all of its changes at once.
 	rt.wakes.Wake()
+	if len(r.handoffs) > 0 {
+		// Every hand-off in progress is offered every transaction, what its subscription sees
+		// of it or nothing: its position counts.
+		r.offerHandoffsLocked(txn)
+	}
 	if r.hist != nil {
 		r.hist.append(txn, time.Now(), r.streams)
 	}
 	if err := r.bus.Flush(ctx); err != nil {
 		return fmt.Errorf("router: flush transaction %s to the bus: %w", txn.CommitLSN, err)
 	}
-	r.head, r.accepted, r.live = txn.CommitLSN, txn.CommitLSN, true
+	if !messageOnly(txn) {
+		r.head, r.accepted = txn.CommitLSN, txn.CommitLSN
+		r.noteLocked(time.Now(), txn.CommitLSN)
+	}
+	// A logical message sent outside any transaction is no position to start after: its LSN
+	// is the end of its record, where the next record, perhaps the commit of a transaction
+	// whose changes came before it, begins. As the head it would have that transaction
+	// taken for one routed already.
+	r.live = true
 	return nil
+}
+
+// messageOnly reports whether txn is a logical message sent outside any transaction, which the
+// changefeed hands on at once, positioned by its own LSN: no transaction.
+func messageOnly(txn *change.Txn) bool {
+	if txn.Transactional || txn.Overflow != nil {
+		return false
+	}
+	for i := range txn.Events {
+		if txn.Events[i].Op != change.Message {
+			return false
+		}
+	}
+	return true
 }
 
 // overflow tells every subscriber of a table an oversized transaction touched that its view is

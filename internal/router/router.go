@@ -9,10 +9,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/handoff"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/stream"
@@ -115,8 +117,11 @@ type Config struct {
 	// Bus carries the items to subscribers. Required.
 	Bus Bus
 	// History, when set, keeps what was routed so a subscription with a from inside it is
-	// handed what it missed. Nil: a from before the head is a history_expired resync.
+	// handed what it missed. Nil: a from before the head is a history_expired resync. A
+	// snapshot subscription's hand-off is offered its look-back from it too.
 	History *History
+	// Handoff configures snapshot subscriptions' hand-offs.
+	Handoff HandoffConfig
 }
 
 // Router routes committed changes to table subscriptions.
@@ -136,6 +141,14 @@ type Router struct {
 	rt       routing  // guarded by mu: Accept's scratch space, reused
 	live     bool     // guarded by mu: the stream has gone live (Seed or Accept)
 	hist     *History // nil: none; its fields are guarded by mu
+	handoff  HandoffConfig
+	// handoffs are the snapshot subscriptions whose hand-off is in progress, offered every
+	// transaction Accept routes. Guarded by mu.
+	handoffs []*handoffEntry
+	// samples are when the router routed what, oldest first: for a held hand-off's
+	// look-back (Snapshot.Since). Guarded by mu.
+	samples []sample
+	empty   handoff.Txn[*stream.Item] // guarded by mu: offerLocked's scratch for an empty offer
 
 	routed    atomic.Uint64 // changes routed
 	delivered atomic.Uint64 // frames handed to targets
@@ -143,6 +156,7 @@ type Router struct {
 	gaps      atomic.Uint64 // resyncs for changes whose effect on a view could not be told
 	ruleEvals atomic.Uint64 // row rule evaluations
 	ruleErrs  atomic.Uint64 // row rule evaluations that failed: policy_error resyncs
+	lookbacks atomic.Uint64 // transactions of the history offered to hand-offs as their look-back
 	// By table name, each a *atomic.Uint64: rows a row rule withheld, and row rule
 	// evaluations that failed. Their keys are tables routed, which changefeed.tables and the
 	// publication bound.
@@ -157,7 +171,7 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Bus == nil {
 		return nil, fmt.Errorf("router: no bus")
 	}
-	r := &Router{schema: cfg.Schema, bus: cfg.Bus, gate: cfg.Gate, tables: map[string]*table{}, hist: cfg.History}
+	r := &Router{schema: cfg.Schema, bus: cfg.Bus, gate: cfg.Gate, tables: map[string]*table{}, hist: cfg.History, handoff: cfg.Handoff}
 	if len(cfg.Tables) > 0 {
 		r.allowed = map[string]bool{}
 		for _, t := range cfg.Tables {
@@ -186,6 +200,10 @@ type Stats struct {
 	RowsDenied map[string]uint64
 	// RuleErrorsByTable is RuleErrors by table.
 	RuleErrorsByTable map[string]uint64
+	// Handoffs is the snapshot subscriptions whose hand-off is in progress; Lookbacks counts
+	// the transactions of the history offered to hand-offs as their look-back.
+	Handoffs  int
+	Lookbacks uint64
 }
 
 // Stats returns the router's counters.
@@ -195,6 +213,7 @@ func (r *Router) Stats() Stats {
 	for _, t := range r.tables {
 		n += t.count
 	}
+	handoffs := len(r.handoffs)
 	r.mu.RUnlock()
 	byTable := func(m *sync.Map) map[string]uint64 {
 		out := map[string]uint64{}
@@ -206,19 +225,27 @@ func (r *Router) Stats() Stats {
 	}
 	return Stats{Routed: r.routed.Load(), Delivered: r.delivered.Load(), Evaluations: r.evals.Load(), Gaps: r.gaps.Load(),
 		Subscriptions: n, RuleEvaluations: r.ruleEvals.Load(), RuleErrors: r.ruleErrs.Load(),
-		RowsDenied: byTable(&r.denied), RuleErrorsByTable: byTable(&r.ruleErrsBy)}
+		RowsDenied: byTable(&r.denied), RuleErrorsByTable: byTable(&r.ruleErrsBy), Handoffs: handoffs, Lookbacks: r.lookbacks.Load()}
 }
 
 // Seed sets the position subscriptions start after when the stream goes live at start (an
 // end LSN it resumes after), until a transaction is routed. Every later transaction commits
 // at or after start, so start-1 is strictly before all of them.
+//
+// Seed is called each time the stream goes live; past the first, the stream restarted, and
+// every hand-off in progress fails (replication_restarted): the new stream may come from
+// another server than the one its snapshot was read from.
 func (r *Router) Seed(start change.LSN) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.live && len(r.handoffs) > 0 {
+		r.failHandoffsLocked(handoff.ReasonReplicationRestarted, fmt.Sprintf("the replication stream restarted after %s", start))
+	}
 	r.live = true
 	if r.head == 0 && start > 0 {
 		r.head = start - 1
 	}
+	r.noteLocked(time.Now(), r.head)
 	if r.hist != nil {
 		r.hist.seed(r.head)
 	}
@@ -252,6 +279,14 @@ type Request struct {
 	// From, when set, is the position the subscription resumes after: when the history holds
 	// everything after it, the changes it missed are routed to it first (Subscription.Replayed).
 	From stream.Position
+	// Snapshot asks for the table's rows first: the subscription attaches with a hand-off
+	// (Subscription.Snapshot) that holds its changes until its rows are read and sent, then
+	// delivers exactly those the rows do not hold, then a Live item. Not with From.
+	Snapshot bool
+	// Hold, with Snapshot, is for a router without the History a look-back needs (a node among
+	// many): the hand-off holds what the router routes until its caller reads the look-back
+	// from the history the nodes share and gives it Snapshot.Open.
+	Hold bool
 }
 
 // Subscription is an attached table subscription as its client learns it.
@@ -282,6 +317,9 @@ type Subscription struct {
 	// resume whose history was read elsewhere, outside the router's lock. It takes the lock
 	// for the routing alone. A detached subscription is replayed nothing.
 	Replay func(to stream.Receiver, from stream.Position, txns []history.Txn)
+	// Snapshot is set for a subscription asked with Request.Snapshot: its hand-off, and what
+	// its reader needs. Nothing reaches the subscription's target but through the hand-off.
+	Snapshot *Snapshot
 }
 
 // Interest tokens. Among many nodes, a table subscription is filed in the interest index
@@ -340,6 +378,9 @@ func (r *Router) GapAll(first, last stream.Position, reason stream.Reason) {
 	it := stream.NewGap(&stream.Gap{First: first, Last: last, Reason: reason})
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A hand-off can no longer tell what it was offered complete: it fails, and its client
+	// reads the rows again. One already live is settled first, and told like the others.
+	r.failHandoffsLocked(handoff.ReasonReplicationRestarted, fmt.Sprintf("the stream reported a loss (%s) from %s to %s", reason, first, last))
 	// What comes later at or before last lies inside the gap: the subscribers re-read past it.
 	// A subscription attached later starts after it.
 	if last.LSN > r.head {
@@ -461,6 +502,11 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	if err := subscribeRule(tp, claims, req); err != nil {
 		return Subscription{}, nil, err
 	}
+	if req.Snapshot {
+		if err := checkSnapshot(table, req, &info); err != nil {
+			return Subscription{}, nil, err
+		}
+	}
 	e := &entry{sub: req.Sub, target: req.Target, filter: f, columns: project, shape: shapeOf(project)}
 	if tp != nil {
 		e.rule, e.claims = tp.Row(), claims
@@ -469,6 +515,14 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	types := map[string]filter.Type{}
 	for _, c := range cols {
 		types[c.Name] = filter.TypeOf(c.OID)
+	}
+	var ho *handoffEntry
+	var snap *Snapshot
+	if req.Snapshot {
+		// Until the hand-off is live the entry routes into collect, which Accept offers it.
+		ho = &handoffEntry{e: e, table: table, types: types, target: req.Target, holding: req.Hold}
+		e.target = collect{ho}
+		snap = &Snapshot{Table: table, Columns: cols, Key: info.Key, Filter: f, Keep: keeper(e)}
 	}
 
 	r.mu.Lock()
@@ -484,14 +538,30 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	t.add(e, types)
 	head := stream.TablePosition(r.head, 0)
 	accepted := r.accepted
-	replayed := r.replayLocked(e, table, types, req.From)
-	if replayed {
+	replayed := false
+	if ho != nil {
+		ho.t = t
+		r.startHandoffLocked(ho)
+		snap.Handoff = ho.h
+		if req.Hold {
+			lookback := r.handoff.Lookback
+			if lookback <= 0 {
+				lookback = DefaultLookback
+			}
+			snap.Since = r.sinceLocked(time.Now().Add(-lookback))
+			snap.Open = func(txns []history.Txn, through change.LSN) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				r.openLocked(ho, txns, through)
+			}
+		}
+	} else if replayed = r.replayLocked(e, table, types, req.From); replayed {
 		head = req.From
 	}
 	r.mu.Unlock()
 
 	var once sync.Once
-	sub := Subscription{Head: head, Key: info.Key, Token: InterestToken(f), Replayed: replayed, Routed: accepted,
+	sub := Subscription{Head: head, Key: info.Key, Token: InterestToken(f), Replayed: replayed, Routed: accepted, Snapshot: snap,
 		Replay: func(to stream.Receiver, from stream.Position, txns []history.Txn) {
 			r.replay(e, table, types, to, from, txns)
 		}}
@@ -504,6 +574,9 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		once.Do(func() {
 			r.mu.Lock()
 			e.detached = true
+			if ho != nil {
+				r.dropHandoffLocked(ho)
+			}
 			if t.remove(e) {
 				delete(r.tables, table)
 			}

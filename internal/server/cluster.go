@@ -16,6 +16,7 @@ import (
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/presence"
+	"github.com/heraldrt/herald/internal/snapshot"
 	redisstore "github.com/heraldrt/herald/internal/store/redis"
 	"github.com/heraldrt/herald/internal/stream"
 )
@@ -98,7 +99,7 @@ func newPeers(cfg ClusterConfig, tables history.Config, channels channel.History
 func (p *peers) start(hub *channel.Hub, tables cluster.Tables, pres *presence.Presence) error {
 	p.hub.h = hub
 	cfg := cluster.Config{Node: p.id, Interest: p.interest, Transport: p.transport, Hub: p.hub, Tables: tables,
-		Presence: applier{pres}, Durable: p.durables, Logger: p.log}
+		Presence: applier{pres}, Durable: p.durables, FencePrefix: snapshot.FencePrefix, Logger: p.log}
 	if tables != nil {
 		// Should this node replicate, it records each transaction in the tables' history.
 		cfg.History = p.history

@@ -5,7 +5,9 @@ import (
 
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/config"
+	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/snapshot"
 )
 
 // ConfigFrom maps a loaded config file onto the server's Config.
@@ -16,6 +18,7 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		fc.Logger = log
 		cf = &fc
 	}
+	h := c.Handoff
 	return Config{
 		Changefeed:       cf,
 		Listen:           c.Listen,
@@ -47,8 +50,11 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		Fanout:       c.FanoutConfig(),
 		HistoryBytes: int(c.ChangefeedSection.HistoryBytes),
 		HistoryAge:   c.ChangefeedSection.HistoryAge,
-		Cluster:      ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
-		Logger:       log,
+		Snapshots: snapshot.Config{MaxConcurrent: h.MaxConcurrent, QueueWait: h.QueueWait, Timeout: h.Timeout,
+			MaxRows: h.MaxRows, MaxBytes: int64(h.MaxBytes), PageRows: h.PageRows, PageBytes: int(h.PageBytes)},
+		Handoff: router.HandoffConfig{Lookback: h.Lookback, EarlyBytes: int(h.EarlyBytes), PendingBytes: int(h.PendingBytes)},
+		Cluster: ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
+		Logger:  log,
 	}
 }
 

@@ -137,6 +137,17 @@ var (
 	mRowsDenied        = counter("herald_policy_rows_denied_total", "Row rule evaluations that withheld a row image from a group of subscriptions whose filter let it through, by table (groups the rule's index equality rules out are not evaluated, nor counted).", "table")
 	mTableRefusals     = counter("herald_policy_table_refusals_total", `Table subscriptions (and refreshed ones) the policy refused, by table ("other" for any table without rules) and code (forbidden, policy_error).`, "table", "code")
 
+	mSnapStarted    = counter("herald_snapshots_started_total", "Table snapshots begun (subscribe with snapshot).")
+	mSnapLive       = counter("herald_snapshots_live_total", "Table snapshots whose subscription went live: rows sent and joined to the stream.")
+	mSnapEnded      = counter("herald_snapshots_failed_total", "Table snapshots that ended before going live, by reason: the code their subscription ended with, or canceled when the subscription ended first.", "reason")
+	mSnapRows       = counter("herald_snapshot_rows_total", "Rows table snapshots sent.")
+	mSnapBytes      = counter("herald_snapshot_bytes_total", "Bytes, as JSON, of the rows table snapshots sent.")
+	mSnapReading    = gauge("herald_snapshots_reading", "Table snapshots reading from the database now.")
+	mSnapWaiting    = gauge("herald_snapshots_waiting", "Table snapshots waiting for their turn to read (handoff.max_concurrent).")
+	mHandoffs       = gauge("herald_handoffs", "Snapshot subscriptions whose changes are held until their rows are sent and joined to the stream.")
+	mHandoffTxns    = counter("herald_handoff_transactions_total", "Transactions snapshots' hand-offs judged, by verdict: skipped (in the snapshot's rows), delivered (after them), straddled (delivered, and running when the snapshot was taken).", "verdict")
+	mHandoffLookbck = counter("herald_handoff_lookback_transactions_total", "Transactions routed before a snapshot subscription that its hand-off was offered as its look-back.")
+
 	mRedisUp       = gauge("herald_redis_up", "1 while every Redis node answered the last check.")
 	mRedisErrors   = counter("herald_redis_errors_total", "Redis failures, by source: health_check (a check found a node not answering), bus (a round trip of the bus between nodes failed, and is retried).", "source")
 	mRedisCommands = counter("herald_redis_bus_commands_total", "Redis commands the bus between nodes sent.")
@@ -157,7 +168,7 @@ var (
 	mOrderGaps     = counter("herald_channel_order_gaps_total", "Channel offsets that did not arrive from another node within the order wait: each a gap to the channel's subscribers here.")
 	mForwarded     = counter("herald_sse_commands_forwarded_total", "SSE commands posted to this node for a stream another node holds, by outcome: relayed (whatever the answer), unknown_node (404), lookup_failed and unreachable (503).", "outcome")
 	mOrderLate     = counter("herald_channel_order_late_total", "Channel publications from other nodes that arrived after their offset was handed on or reported lost, and were dropped.")
-	allSeries      = []series{mReady, mConnections, mSessions, mSessionsTotal, mSubscriptions, mSubscriptionsTot, mResumes, mSocketsOpen, mSocketsRefused, mDataWritten, mControlWritten, mControlRefused, mMarkers, mFramesLost, mBusDeliveries, mUnavailable, mPublished, mFanoutQueued, mPublishRefused, mChannelRefusals, mPresenceMembers, mPresenceChans, mDurableSubs, mDurableDepth, mDurableDeliv, mDurableAcks, mDurableRetries, mDurableParked, mDurableDropped, mStreaming, mLeader, mLagBytes, mLastCommit, mConfirmFailures, mConfirmFailingNow, mRestarts, mTxns, mChanges, mOverflows, mSlotUp, mSlotActive, mSlotWALStatus, mSlotRetained, mSlotLag, mSlotSafe, mSlotReadFailures, mDeliveries, mEvaluations, mRouterGaps, mTableSubs, mRuleEvaluations, mRuleErrors, mRowsDenied, mTableRefusals, mRedisUp, mRedisErrors, mRedisCommands, mRedisTrips, mBusSent, mBusSentBytes, mBusReceived, mBusRecvBytes, mBusDropped, mBusGaps, mBusQueued, mItemsSent, mItemsReceived, mItemsDropped, mClusterGaps, mClusterQueued, mInterestReads, mOrderGaps, mOrderLate, mForwarded}
+	allSeries      = []series{mReady, mConnections, mSessions, mSessionsTotal, mSubscriptions, mSubscriptionsTot, mResumes, mSocketsOpen, mSocketsRefused, mDataWritten, mControlWritten, mControlRefused, mMarkers, mFramesLost, mBusDeliveries, mUnavailable, mPublished, mFanoutQueued, mPublishRefused, mChannelRefusals, mPresenceMembers, mPresenceChans, mDurableSubs, mDurableDepth, mDurableDeliv, mDurableAcks, mDurableRetries, mDurableParked, mDurableDropped, mStreaming, mLeader, mLagBytes, mLastCommit, mConfirmFailures, mConfirmFailingNow, mRestarts, mTxns, mChanges, mOverflows, mSlotUp, mSlotActive, mSlotWALStatus, mSlotRetained, mSlotLag, mSlotSafe, mSlotReadFailures, mDeliveries, mEvaluations, mRouterGaps, mTableSubs, mRuleEvaluations, mRuleErrors, mRowsDenied, mTableRefusals, mSnapStarted, mSnapLive, mSnapEnded, mSnapRows, mSnapBytes, mSnapReading, mSnapWaiting, mHandoffs, mHandoffTxns, mHandoffLookbck, mRedisUp, mRedisErrors, mRedisCommands, mRedisTrips, mBusSent, mBusSentBytes, mBusReceived, mBusRecvBytes, mBusDropped, mBusGaps, mBusQueued, mItemsSent, mItemsReceived, mItemsDropped, mClusterGaps, mClusterQueued, mInterestReads, mOrderGaps, mOrderLate, mForwarded}
 )
 
 // nodeCollector writes the node's series from the components' counters when scraped.
@@ -295,6 +306,23 @@ func (c nodeCollector) collectTables(emit func(series, float64, ...string), b2f 
 		for j, code := range refusedCodes {
 			emit(mTableRefusals, float64(n[j].Load()), table, code)
 		}
+	}
+	emit(mHandoffs, float64(r.Handoffs))
+	emit(mHandoffLookbck, float64(r.Lookbacks))
+	if sn := s.tables.snaps; sn != nil {
+		emit(mSnapStarted, float64(sn.started.Load()))
+		emit(mSnapLive, float64(sn.live.Load()))
+		for i, o := range snapshotOutcomes {
+			emit(mSnapEnded, float64(sn.ended[i].Load()), o)
+		}
+		rs := sn.reader.Stats()
+		emit(mSnapRows, float64(rs.Rows))
+		emit(mSnapBytes, float64(rs.Bytes))
+		emit(mSnapReading, float64(rs.InProgress))
+		emit(mSnapWaiting, float64(rs.Waiting))
+		emit(mHandoffTxns, float64(sn.skipped.Load()), "skipped")
+		emit(mHandoffTxns, float64(sn.delivered.Load()), "delivered")
+		emit(mHandoffTxns, float64(sn.straddled.Load()), "straddled")
 	}
 }
 

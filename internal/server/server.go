@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,16 +31,19 @@ import (
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/durable"
+	"github.com/heraldrt/herald/internal/handoff"
 	"github.com/heraldrt/herald/internal/heraldv1"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/presence"
 	"github.com/heraldrt/herald/internal/router"
 	"github.com/heraldrt/herald/internal/session"
+	"github.com/heraldrt/herald/internal/snapshot"
 	"github.com/heraldrt/herald/internal/store/memory"
 	"github.com/heraldrt/herald/internal/transport/sse"
 	"github.com/heraldrt/herald/internal/transport/websocket"
 	"github.com/heraldrt/herald/internal/wire"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Config configures a server. The zero value of each optional field means its default.
@@ -101,6 +106,12 @@ type Config struct {
 	// Redis.
 	HistoryBytes int
 	HistoryAge   time.Duration
+	// Snapshots bounds the reads of table snapshots (the handoff.* keys: max_concurrent,
+	// queue_wait, timeout, max_rows, max_bytes, page_rows, page_bytes), Handoff their
+	// hand-offs to the stream (early_bytes, pending_bytes, lookback). Zero fields: the
+	// defaults. Used with a changefeed.
+	Snapshots snapshot.Config
+	Handoff   router.HandoffConfig
 	// Cluster, when its RedisURL is set, makes this node one of many sharing that Redis
 	// (docs/ARCHITECTURE.md, Many nodes). The zero value: the node is alone.
 	Cluster ClusterConfig
@@ -111,6 +122,9 @@ type Config struct {
 	// unavailableEvery is how often one cause of unavailable is logged; zero: ratelog's
 	// default. Tests set it.
 	unavailableEvery time.Duration
+	// wrapSnapshots, when set, stands between the table snapshots and their reader: tests
+	// slow reads down to widen their windows.
+	wrapSnapshots func(snapshotReader) snapshotReader
 }
 
 func (c Config) withDefaults() Config {
@@ -156,6 +170,7 @@ type Server struct {
 	unavail      *unavailable     // counts and logs every request refused as unavailable
 	feed         *changefeed.Feed // nil without a changefeed
 	schema       *pgSchema        // nil without a changefeed
+	snapPool     *pgxpool.Pool    // the snapshot reader's; nil without a changefeed
 	slot         *slotWatch       // nil without a changefeed
 	peers        *peers           // nil when the node is alone
 
@@ -287,7 +302,12 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		rcfg := router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy}
+		// The snapshot reader's fence must reach the router: it moves a hand-off past its
+		// snapshot however quiet the database is.
+		if !slices.Contains(fc.MessagePrefixes, "*") && !slices.Contains(fc.MessagePrefixes, snapshot.FencePrefix) {
+			fc.MessagePrefixes = append(slices.Clone(fc.MessagePrefixes), snapshot.FencePrefix)
+		}
+		rcfg := router.Config{Schema: schema, Tables: fc.Tables, Bus: b, Gate: s.policy, Handoff: cfg.Handoff}
 		if pr == nil {
 			// Among many nodes a node routes only the changes its subscriptions hold, so its own
 			// history could not replay another subscription's: resumes there read the history
@@ -300,7 +320,8 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger, unavail: unavail, refused: s.policy.refused}
+		s.tables = &tables{router: r, walEnd: schema.WALEnd, peers: pr, confirmed: schema.Confirmed, log: cfg.Logger, unavail: unavail, refused: s.policy.refused,
+			earlyBytes: cmp.Or(cfg.Handoff.EarlyBytes, handoff.DefaultEarlyBytes)}
 		if pr != nil {
 			s.tables.history = pr.history
 		}
@@ -337,7 +358,31 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
-		s.schema, s.feed = schema, feed
+		if err := cfg.Snapshots.Validate(); err != nil {
+			schema.Close()
+			pr.close()
+			return nil, err
+		}
+		reads := cfg.Snapshots.MaxConcurrent
+		if reads <= 0 {
+			reads = snapshot.DefaultMaxConcurrent
+		}
+		snapPool, err := newSnapshotPool(context.Background(), fc.DatabaseURL, reads)
+		if err != nil {
+			schema.Close()
+			pr.close()
+			return nil, err
+		}
+		node := "herald"
+		if pr != nil {
+			node = pr.id
+		}
+		var reader snapshotReader = snapshot.New(snapPool, cfg.Snapshots)
+		if cfg.wrapSnapshots != nil {
+			reader = cfg.wrapSnapshots(reader)
+		}
+		s.tables.snaps = newSnapshots(reader, cfg.Snapshots.Timeout, node, cfg.Logger)
+		s.schema, s.feed, s.snapPool = schema, feed, snapPool
 		s.slot = newSlotWatch(schema.pool, fc.SlotName(), cfg.Logger)
 	}
 	if pr != nil && pr.node == nil {
@@ -604,6 +649,10 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		if s.schema != nil {
 			s.schema.Close()
+		}
+		if s.snapPool != nil {
+			// The sessions, whose snapshots read from it, have ended.
+			s.snapPool.Close()
 		}
 	}()
 	if s.slot != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/heraldrt/herald/internal/cluster"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/filter"
+	"github.com/heraldrt/herald/internal/handoff"
 	"github.com/heraldrt/herald/internal/history"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/router"
@@ -46,6 +47,11 @@ type tables struct {
 	// refused.
 	unavail *unavailable
 	refused *refusals
+	// snaps runs snapshot subscriptions' snapshots; nil: none are served.
+	snaps *snapshots
+	// earlyBytes bounds a snapshot's look-back read from the history nodes share
+	// (handoff.early_bytes).
+	earlyBytes int
 }
 
 var _ session.Tables = (*tables)(nil)
@@ -78,6 +84,9 @@ func qualified(table string) string {
 }
 
 func (t *tables) subscribe(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
+	if f.Snapshot {
+		return t.subscribeSnapshot(ctx, s, f)
+	}
 	target := s
 	if !f.From.IsZero() {
 		// Installed before the subscription attaches: what is routed between attaching and the
@@ -116,6 +125,120 @@ func (t *tables) subscribe(ctx context.Context, s stream.Receiver, f session.Sub
 			f.From, end)}
 	}
 	return ts, nil
+}
+
+// subscribeSnapshot attaches a subscription that begins with its table's rows: the router
+// holds its changes in a hand-off, and the session runs its snapshot (snapshots.run), which
+// reads the rows and joins them to the stream.
+func (t *tables) subscribeSnapshot(ctx context.Context, s stream.Receiver, f session.SubscribeRequest) (session.TableSubscription, error) {
+	if t.snaps == nil {
+		return session.TableSubscription{}, &fault.Error{Code: fault.CodeUnavailable, Field: "snapshot",
+			Message: "this server reads no snapshots; subscribe without snapshot"}
+	}
+	// Among many nodes the router keeps no history to look back in: its hand-off holds what it
+	// routes until shareSnapshot has read the look-back from the history the nodes share.
+	sub, unsubscribe, err := t.router.Subscribe(ctx, router.Request{Table: f.Table, Filter: f.Filter, Columns: f.Columns, Sub: f.Sub, Target: s,
+		Claims: policy.NewClaims(f.Identity.Claims), Snapshot: true, Hold: t.peers != nil})
+	if err != nil {
+		return session.TableSubscription{}, err
+	}
+	if t.peers != nil {
+		if unsubscribe, err = t.shareSnapshot(ctx, f, sub, unsubscribe); err != nil {
+			return session.TableSubscription{}, err
+		}
+	}
+	snap := sub.Snapshot
+	ts := session.TableSubscription{Key: sub.Key, Unsubscribe: unsubscribe,
+		Snapshot: func(ctx context.Context, pages session.SnapshotPages) error {
+			return t.snaps.run(ctx, f.Sub, snap, pages)
+		}}
+	if sub.Recheck != nil {
+		ts.Recheck = func(id auth.Identity) error { return sub.Recheck(policy.NewClaims(id.Claims)) }
+	}
+	return ts, nil
+}
+
+// shareSnapshot files a snapshot subscription's interest among the nodes, reads its table's
+// mark (every transaction of the table after it reaches this node, as share says), and opens
+// its hand-off with the look-back read from the history the nodes share: the table's
+// transactions after Snapshot.Since up to the mark; the router then offers what it held that
+// committed after the mark. A head the router was told of rather than routed (where it
+// started following, a loss it reported) may have transactions of the table before it that
+// no replicator has reached yet and that would never be offered: unless the slot has
+// confirmed past it, the hand-off fails (replication_restarted) and the client subscribes
+// again.
+func (t *tables) shareSnapshot(ctx context.Context, f session.SubscribeRequest, sub router.Subscription, unsubscribe func()) (func(), error) {
+	table := qualified(f.Table)
+	owner := cluster.TableOwner(table)
+	release, err := t.peers.node.Watch(ctx, owner, sub.Token, f.Identity.Subject)
+	if err != nil {
+		unsubscribe()
+		return nil, shareError(err)
+	}
+	m, err := t.peers.node.Mark(ctx, owner)
+	if err != nil {
+		unsubscribe()
+		release()
+		return nil, shareError(err)
+	}
+	mark, snap := change.LSN(m), sub.Snapshot
+	both := func() { unsubscribe(); release() }
+	if sub.Head.LSN > mark && sub.Routed < sub.Head.LSN {
+		var c change.LSN
+		if t.confirmed != nil {
+			c, err = t.confirmed(ctx)
+		}
+		if t.confirmed == nil || err != nil || c <= sub.Head.LSN {
+			snap.Handoff.Fail(handoff.ReasonReplicationRestarted, fmt.Sprintf(
+				"this node started following the stream, or reported a loss, at %s, too recently to tell that every transaction before it was recorded", sub.Head.LSN), err)
+			snap.Open(nil, mark)
+			return both, nil
+		}
+	}
+	txns, err := t.lookback(ctx, table, snap.Since, mark)
+	if err != nil {
+		var he *handoff.Error
+		if errors.As(err, &he) {
+			snap.Handoff.Fail(he.Reason, he.Detail, nil)
+			snap.Open(nil, mark)
+			return both, nil
+		}
+		both()
+		return nil, shareError(err)
+	}
+	snap.Open(txns, mark)
+	return both, nil
+}
+
+// lookback reads table's transactions in (after, through] from the history the nodes share,
+// oldest first, a read at a time, at most the hand-off's early buffer's worth: a *handoff.Error
+// (handoff_buffer_full) past it.
+func (t *tables) lookback(ctx context.Context, table string, after, through change.LSN) ([]history.Txn, error) {
+	var out []history.Txn
+	size := 0
+	for after < through {
+		r, err := t.history.Read(ctx, table, after, through, replayLimit)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range r.Entries {
+			txn, err := history.Decode(e.LSN, e.Data)
+			if err != nil {
+				return nil, fmt.Errorf("the history of %s holds an entry that does not decode: %w", table, err)
+			}
+			size += e.Size()
+			if size > t.earlyBytes {
+				return nil, &handoff.Error{Reason: handoff.ReasonBufferFull, Detail: fmt.Sprintf(
+					"the look-back of %s from %s to %s holds more than %d bytes", table, after, through, t.earlyBytes)}
+			}
+			out = append(out, txn)
+		}
+		if !r.More || len(r.Entries) == 0 {
+			break
+		}
+		after = r.Entries[len(r.Entries)-1].LSN
+	}
+	return out, nil
 }
 
 // share files an attached subscription's interest among the nodes and moves its start to

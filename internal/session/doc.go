@@ -27,6 +27,21 @@
 // are queued under mu, in that order, so the client gets every item once and in order, through
 // the same lanes and their bounds as any other.
 //
+// # Snapshots
+//
+// A table subscription asked with SubscribeRequest.Snapshot begins with its table's rows. Its
+// producer attaches it with a hand-off that holds its changes (internal/handoff) and returns a
+// SnapshotFunc; the session queues the subscribed reply (with snapshot, and no position), then
+// runs the SnapshotFunc on a goroutine of its own, counted in snapshots and cancelled with the
+// subscription (its unsubscribe) or the session (life). The function queues the rows as pages
+// on the data lane (SnapshotPages.Page, which waits for room rather than lose a page: a page
+// has no position a gap could name), and the hand-off then delivers through Push what the rows
+// do not hold, and the Live item, which the session queues as a data frame (Codec.Live) after
+// them. A snapshot that fails ends its subscription with an unprompted Codec.Ended carrying
+// the failure's code, queued under mu as a reply is. The session's end waits for every
+// snapshot's goroutine, after it has let go of the subscriptions and closed the lanes, either
+// of which stops one.
+//
 // # Policy
 //
 // A channel subscription and a client's publication are asked of Deps.Policy first; a table

@@ -39,6 +39,9 @@ type SubscribeRequest struct {
 	// From resumes after this position, the last the client received; zero starts at the
 	// stream's head. Its kind matches the subscription's: the protocol checked it.
 	From stream.Position
+	// Snapshot asks for a table's current rows first (see SnapshotFunc): a table only, without
+	// From, which the protocol checked.
+	Snapshot bool
 
 	// Durable binds the connection to the identity's durable subscription named Sub (one
 	// channel, no From, no Presence: the protocol checked it), through Deps.Durable. Single
@@ -116,6 +119,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		recheck     func(auth.Identity) error
 		replay      []*stream.Item // a resumed channel subscription's
 		ack         func(context.Context, stream.Position) error
+		snap        SnapshotFunc // a table snapshot's
 		err         error
 	)
 	if r.Durable {
@@ -135,7 +139,11 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		stop := context.AfterFunc(s.life, func() { cancel(); close(cut) })
 		var ts TableSubscription
 		ts, err = s.deps.Tables.Subscribe(ctx, s, r)
-		head, key, unsubscribe, recheck = ts.Head, ts.Key, ts.Unsubscribe, ts.Recheck
+		head, key, unsubscribe, recheck, snap = ts.Head, ts.Key, ts.Unsubscribe, ts.Recheck, ts.Snapshot
+		if err == nil && r.Snapshot && snap == nil {
+			unsubscribe()
+			err = &fault.Error{Code: fault.CodeUnavailable, Field: "snapshot", Message: "this server does not read snapshots; subscribe without snapshot"}
+		}
 		if !stop() {
 			<-cut // the close's cut is running: it is this call's, so wait for it
 		}
@@ -186,14 +194,27 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	if !r.From.IsZero() {
 		pos = r.From
 	}
+	var snapCtx context.Context // the snapshot's, which unsubscribing cancels
+	if r.Snapshot {
+		// Its position comes with its live; the reply names none, and a transport marks it
+		// live with no position (an SSE event id's "-"), from which a reconnect before the
+		// rows are whole takes it up with a snapshot again.
+		pos = stream.Position{}
+		var cancel context.CancelFunc
+		snapCtx, cancel = context.WithCancel(s.life)
+		prev := su.unsubscribe
+		su.unsubscribe = func() { cancel(); prev() }
+		// Counted under mu, before the session can be found closed: its end waits for it.
+		s.snapshots.Add(1)
+	}
 	// Under mu, so nothing of this subscription is queued before these: the reply, the resume
 	// gap or replay if any, then what arrived while they were being prepared. The producer
 	// delivers after what it replays, so the two meet exactly.
 	posText := pos.String()
 	if posText == "" {
-		posText = stream.NoPositionText // a pattern: it has none, but is live from here
+		posText = stream.NoPositionText // a pattern, or a snapshot before its live: it has none, but is live from here
 	}
-	s.sendAt(su.key, posText, s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key))
+	s.sendAt(su.key, posText, s.cfg.Codec.Subscribed(nil, r.Ref, r.Sub, pos, key, r.Snapshot))
 	var first *stream.Item
 	if gap := resumeGap(r, head); gap != nil {
 		first = stream.NewGap(gap)
@@ -217,6 +238,9 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 	su.buffered, su.bufferedBytes, su.overflow, su.pending = nil, 0, nil, false
 	s.cfg.Counts.started(su.table)
 	s.mu.Unlock()
+	if snapCtx != nil {
+		go s.runSnapshot(snapCtx, su, snap)
+	}
 	if r.Presence {
 		s.watchPresence(ctx, su, r.Channel)
 	}

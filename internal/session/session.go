@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/auth"
+	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/stream"
@@ -111,6 +112,10 @@ type TableSubscription struct {
 	// Recheck judges it again for a refreshed identity's claims: nil when they still allow
 	// it, a *fault.Error (forbidden, policy_error) when they do not. nil: nothing to judge.
 	Recheck func(auth.Identity) error
+	// Snapshot, for a subscription asked with SubscribeRequest.Snapshot, reads its rows into
+	// pages and joins them to its stream; see SnapshotFunc. It must be set then, and nil
+	// otherwise.
+	Snapshot SnapshotFunc
 }
 
 // Codec is the protocol a connection speaks, as the session uses it: it encodes the stream's
@@ -126,8 +131,15 @@ type Codec interface {
 	// Gap appends the frame that tells subscription sub about gap g.
 	Gap(dst []byte, sub string, g *stream.Gap) []byte
 	// Subscribed appends the reply to request ref that subscription sub is live after pos
-	// (zero for a pattern spanning channels), with a table's key columns.
-	Subscribed(dst []byte, ref, sub string, pos stream.Position, key []string) []byte
+	// (zero for a pattern spanning channels, and for a snapshot), with a table's key columns;
+	// snapshot says its rows come first.
+	Subscribed(dst []byte, ref, sub string, pos stream.Position, key []string, snapshot bool) []byte
+	// Rows appends the frame of one page of subscription sub's snapshot: its rows, the
+	// progress so far, and whether it is the last page.
+	Rows(dst []byte, sub string, rows []change.Row, p stream.Progress, last bool) []byte
+	// Live appends the frame that ends subscription sub's snapshot: its view is the table's
+	// state at pos.
+	Live(dst []byte, sub string, pos stream.Position) []byte
 	// Expiring appends the warning that the token expires at at, in in.
 	Expiring(dst []byte, at time.Time, in time.Duration) []byte
 	// Fault appends the error that answers request ref, or none (""): the one that explains a
@@ -319,6 +331,11 @@ type Session struct {
 	timerMu     sync.Mutex     // taken alone
 	timersEnded bool           // guarded by timerMu
 	timers      sync.WaitGroup // callbacks running; Add only under timerMu, before timersEnded
+
+	// snapshots counts the goroutines reading table snapshots (runSnapshot): Add only under
+	// mu while the session is not closed, so the session's end, which sets closed under mu
+	// first, can wait for every one.
+	snapshots sync.WaitGroup
 }
 
 // subscription is one of the session's subscriptions.
@@ -560,6 +577,20 @@ func (s *Session) pushDeferred(sub string, it *stream.Item, w *stream.Wakeups) {
 		s.sendAt(key, "", b)
 		return
 	}
+	if l := it.Live; l != nil {
+		// The end of a snapshot: a data frame of its own, after the rows and the changes
+		// before it. A subscription with a snapshot is not pending by the time anything of it
+		// is delivered (its hand-off holds everything until its rows are sent).
+		key := su.key
+		s.mu.Unlock()
+		f := delivery.Frame{Body: s.cfg.Codec.Live(nil, sub, l.Pos), Key: key, Pos: it.PosText()}
+		if w == nil {
+			s.lanes.PushData(f)
+		} else if _, wake := s.lanes.PushDataDeferred(f); wake {
+			w.Add(s.lanes)
+		}
+		return
+	}
 	if su.pending {
 		su.buffer(it, s.cfg.Lanes.MaxDataFrames, s.cfg.Lanes.MaxDataBytes, s.cfg.Codec)
 		s.mu.Unlock()
@@ -740,6 +771,9 @@ func (s *Session) Abort() {
 	}
 	s.untrackAll(tracked)
 	s.lanes.Close()
+	// Every snapshot was told to stop (its subscription's unsubscribe cancels it, and the
+	// closed lanes end a wait for room).
+	s.snapshots.Wait()
 	s.disarmStall()
 	s.endTimers()
 }
@@ -926,6 +960,8 @@ func (s *Session) finish(b *delivery.Batch) {
 		su.unsubscribe()
 	}
 	s.untrackAll(tracked)
+	// The lanes are closed and every subscription let go: each snapshot's read stops.
+	s.snapshots.Wait()
 	s.disarmStall()
 	b.Reset() // hold no frame in the pool
 	s.endTimers()

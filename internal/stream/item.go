@@ -147,16 +147,34 @@ type Presence struct {
 	Members []Member
 }
 
-// Item is one thing a subscription's stream carries: exactly one of Change, Message, Gap and
-// Presence. Producers build it once, with NewChange, NewMessage, NewGap or NewPresence, and hand the same Item to
-// every subscription it reaches; nobody modifies it after. Its encodings are kept beside it,
-// one per codec, so each protocol encodes it once however many connections receive it.
+// Live says a table subscription that began with a snapshot has caught up with its stream:
+// its rows and the changes delivered after them are now exactly the table's state after every
+// transaction committed at or before Pos. Pos is the first position it may resume from; every
+// change after it follows.
+type Live struct {
+	Pos Position
+}
+
+// Progress counts a snapshot's rows sent so far, the page it comes with included.
+type Progress struct {
+	Rows  int   // rows sent
+	Bytes int64 // their bytes, as JSON objects
+	Pages int   // pages sent
+}
+
+// Item is one thing a subscription's stream carries: exactly one of Change, Message, Gap,
+// Presence and Live. Producers build it once, with NewChange, NewMessage, NewGap, NewPresence
+// or NewLive, and hand the same Item to every subscription it reaches; nobody modifies it
+// after. Its encodings are kept beside it, one per codec, so each protocol encodes it once
+// however many connections receive it.
 type Item struct {
 	Change  *Change
 	Message *Message
 	Gap     *Gap
 	// Presence is a channel's roster, or a member's join or leave: it has no position.
 	Presence *Presence
+	// Live ends a table subscription's snapshot hand-off (see Live).
+	Live *Live
 
 	pos     string // Position's text form, computed once
 	encoded [MaxCodecs]atomic.Pointer[[]byte]
@@ -177,6 +195,9 @@ func NewGap(g *Gap) *Item { return &Item{Gap: g, pos: g.Last.String()} }
 // roster (subscribe again), not by a position.
 func NewPresence(p *Presence) *Item { return &Item{Presence: p} }
 
+// NewLive returns the item that says a snapshot's subscription is live after pos.
+func NewLive(pos Position) *Item { return &Item{Live: &Live{Pos: pos}, pos: pos.String()} }
+
 // MaxCodecs bounds the protocols an Item keeps encodings for.
 const MaxCodecs = 4
 
@@ -189,6 +210,8 @@ func (it *Item) Position() Position {
 		return it.Message.Pos
 	case it.Gap != nil:
 		return it.Gap.Last
+	case it.Live != nil:
+		return it.Live.Pos
 	}
 	return Position{}
 }

@@ -39,6 +39,17 @@ const (
 	CodeUnavailable           = fault.CodeUnavailable
 	CodePresenceFull          = fault.CodePresenceFull
 	CodeDurableConflict       = fault.CodeDurableConflict
+	CodeSnapshotBusy          = fault.CodeSnapshotBusy
+	CodeSnapshotTimeout       = fault.CodeSnapshotTimeout
+	CodeSnapshotTooLarge      = fault.CodeSnapshotTooLarge
+	CodeHandoffBufferFull     = fault.CodeHandoffBufferFull
+	CodeSnapshotOnStandby     = fault.CodeSnapshotOnStandby
+	CodeSnapshotIsolation     = fault.CodeSnapshotIsolation
+	CodeSnapshotMismatch      = fault.CodeSnapshotMismatch
+	CodeSchemaChanged         = fault.CodeSchemaChanged
+	CodeReplicationRestarted  = fault.CodeReplicationRestarted
+	CodeTableNotReady         = fault.CodeTableNotReady
+	CodeSyncStandbyStalled    = fault.CodeSyncStandbyStalled
 )
 
 // Codes returns every Code, in the order docs/PROTOCOL.md lists them.

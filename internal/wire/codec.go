@@ -3,6 +3,7 @@ package wire
 import (
 	"time"
 
+	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/fault"
 	"github.com/heraldrt/herald/internal/stream"
 )
@@ -57,9 +58,19 @@ func (Codec) Body(it *stream.Item) []byte {
 func (Codec) Gap(dst []byte, sub string, g *stream.Gap) []byte { return AppendGap(dst, sub, g) }
 
 // Subscribed appends the subscribed frame that answers request ref: subscription sub is live
-// after pos, and a table's rows are identified by key.
-func (Codec) Subscribed(dst []byte, ref, sub string, pos stream.Position, key []string) []byte {
-	return appendFrame(dst, &Subscribed{ID: ref, Sub: sub, Pos: pos, Key: key})
+// after pos, and a table's rows are identified by key; with snapshot, its rows come first.
+func (Codec) Subscribed(dst []byte, ref, sub string, pos stream.Position, key []string, snapshot bool) []byte {
+	return appendFrame(dst, &Subscribed{ID: ref, Sub: sub, Pos: pos, Key: key, Snapshot: snapshot})
+}
+
+// Rows appends the rows frame of one page of subscription sub's snapshot.
+func (Codec) Rows(dst []byte, sub string, rows []change.Row, p stream.Progress, last bool) []byte {
+	return AppendRows(dst, sub, rows, p, last)
+}
+
+// Live appends the live frame that ends subscription sub's snapshot at pos.
+func (Codec) Live(dst []byte, sub string, pos stream.Position) []byte {
+	return AppendLive(dst, sub, pos)
 }
 
 // Expiring appends the expiring frame: the token expires at at, in in by the server's clock.

@@ -116,7 +116,7 @@ func DecodeServer(b []byte, limit int) (Frame, error) {
 	case FrameSubscribed:
 		// A pattern subscription spans channels, so its subscribed carries no position.
 		f = &Subscribed{ID: r.id, Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", optional),
-			Key: r.strings("key", `"key":["id"]`)}
+			Key: r.strings("key", `"key":["id"]`), Snapshot: r.bool("snapshot")}
 	case FrameUnsubscribed:
 		f = &Unsubscribed{
 			ID:      r.id,
@@ -134,6 +134,10 @@ func DecodeServer(b []byte, limit int) (Frame, error) {
 			Event:   r.string("event", optional, ""),
 			Data:    r.raw("data", required, `"data":{"text":"hi"}`),
 		}
+	case FrameRows:
+		f = r.rows()
+	case FrameLive:
+		f = &Live{Sub: r.string("sub", required, `"sub":"s1"`), Pos: r.position("pos", required)}
 	case FrameResync:
 		f = &Resync{
 			Sub:    r.string("sub", required, `"sub":"s1"`),
@@ -553,6 +557,7 @@ func (r *reader) subscribe() Frame {
 		Mode:     Mode(r.string("mode", nonEmpty, `"mode":"broadcast"`)),
 		Presence: r.bool("presence"),
 		Durable:  r.bool("durable"),
+		Snapshot: r.bool("snapshot"),
 	}
 	if r.err != nil {
 		return nil
@@ -602,6 +607,12 @@ func validateSubscribe(f *Subscribe) *Error {
 		return bad("from", "a durable subscription (mode single, or durable) keeps its own queue and resumes by itself; subscribe without from")
 	case (f.Durable || f.Mode == ModeSingle) && f.Presence:
 		return bad("presence", `"presence" does not go with a durable subscription; subscribe to the channel's presence separately`)
+	case f.Snapshot && f.Table == "":
+		return bad("snapshot", `"snapshot" goes with a table subscription: a channel has no rows to read`)
+	case f.Snapshot && !f.From.IsZero():
+		return bad("snapshot", `"snapshot" starts from the table's rows as they are now, "from" resumes after a position the client already holds: send one of them, not both`)
+	case f.Snapshot && f.Mode == ModeSingle:
+		return bad("snapshot", `"snapshot" goes with mode "broadcast": the rows are this connection's own`)
 	case f.Table != "" && f.From.IsChannel():
 		return &Error{Code: CodeBadPosition, Field: "from", Message: fmt.Sprintf(
 			`a table subscription resumes from a commit position like "16/B374D848", not the channel position %q`, f.From)}
@@ -731,6 +742,46 @@ func (r *reader) change() Frame {
 	}
 	if f.Old == nil {
 		f.OldKeyOnly = false // it describes old, and there is none
+	}
+	return f
+}
+
+// rows reads a rows frame: its rows, each an object of columns, and its progress.
+func (r *reader) rows() Frame {
+	f := &Rows{Sub: r.string("sub", required, `"sub":"s1"`), Last: r.bool("last")}
+	if v := r.field("rows", required, `"rows":[]`); v != nil {
+		if v[0] != '[' {
+			r.wrongType("rows", "an array of rows", v, `"rows":[{"id":1}]`)
+		} else {
+			elems := arrayElements(v)
+			f.Rows = make([]change.Row, 0, len(elems))
+			for i, e := range elems {
+				er := reader{ms: []member{{key: []byte("row"), val: e}}, id: r.id, prefix: fmt.Sprintf("rows[%d].", i)}
+				row := er.row("row")
+				if er.err != nil && r.err == nil {
+					r.err = er.err
+				}
+				f.Rows = append(f.Rows, row)
+			}
+		}
+	}
+	v := r.field("progress", required, `"progress":{"rows":1,"bytes":9,"pages":1}`)
+	if v == nil {
+		return f
+	}
+	if v[0] != '{' {
+		r.wrongType("progress", "an object", v, "")
+		return f
+	}
+	ms, _, _ := objectMembers(v, nil, maxServerNesting)
+	pr := reader{ms: ms, id: r.id, prefix: "progress."}
+	f.Progress = Progress{
+		Rows:  int(pr.uint("rows", 1<<53-1)),
+		Bytes: int64(pr.uint("bytes", 1<<53-1)),
+		Pages: int(pr.uint("pages", 1<<53-1)),
+	}
+	if pr.err != nil && r.err == nil {
+		r.err = pr.err
 	}
 	return f
 }

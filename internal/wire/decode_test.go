@@ -133,6 +133,10 @@ func TestDecodeClientErrors(t *testing.T) {
 		{name: "durable not a bool", in: `{"type":"subscribe","id":"1","sub":"s","channel":"jobs","durable":1}`, code: CodeBadFrame, field: "durable", id: "1"},
 		{name: "forget not a bool", in: `{"type":"unsubscribe","id":"1","sub":"s","forget":"yes"}`, code: CodeBadFrame, field: "forget", id: "1"},
 		{name: "presence not a bool", in: `{"type":"subscribe","id":"1","sub":"s","channel":"rooms/1","presence":"yes"}`, code: CodeBadFrame, field: "presence", id: "1"},
+		{name: "snapshot on a channel", in: `{"type":"subscribe","id":"1","sub":"s","channel":"rooms/1","snapshot":true}`, code: CodeBadFrame, field: "snapshot", id: "1", msgSubstr: "table"},
+		{name: "snapshot with from", in: `{"type":"subscribe","id":"1","sub":"s","table":"public.t","from":"1/2","snapshot":true}`, code: CodeBadFrame, field: "snapshot", id: "1", msgSubstr: "from"},
+		{name: "snapshot in mode single", in: `{"type":"subscribe","id":"1","sub":"s","table":"public.t","mode":"single","snapshot":true}`, code: CodeBadFrame, field: "snapshot", id: "1", msgSubstr: "broadcast"},
+		{name: "snapshot not a bool", in: `{"type":"subscribe","id":"1","sub":"s","table":"public.t","snapshot":1}`, code: CodeBadFrame, field: "snapshot", id: "1"},
 		{name: "type unknown and huge is echoed short", in: `{"type":"` + strings.Repeat("é", 5000) + `","id":"1"}`, code: CodeUnknownType, field: "type", id: "1", msgSubstr: `..."`},
 		{name: "type case differs", in: `{"type":"PING","id":"1"}`, code: CodeUnknownType, field: "type", id: "1"},
 		{name: "type twice", in: `{"type":"ping","type":"connect","id":"1"}`, code: CodeBadFrame, field: "type", id: "1", msgSubstr: "more than once"},
@@ -335,6 +339,12 @@ func TestDecodeServerErrors(t *testing.T) {
 		{"error without code", `{"type":"error","status":400}`, 0, CodeBadFrame, "code"},
 		{"pong without id", `{"type":"pong"}`, 0, CodeBadFrame, "id"},
 		{"published without pos", `{"type":"published","id":"1"}`, 0, CodeBadFrame, "pos"},
+		{"rows without rows", `{"type":"rows","sub":"s","progress":{"rows":0,"bytes":0,"pages":1}}`, 0, CodeBadFrame, "rows"},
+		{"rows not an array", `{"type":"rows","sub":"s","rows":{},"progress":{}}`, 0, CodeBadFrame, "rows"},
+		{"a row not an object", `{"type":"rows","sub":"s","rows":[{"id":1},2],"progress":{}}`, 0, CodeBadFrame, "rows[1].row"},
+		{"rows without progress", `{"type":"rows","sub":"s","rows":[]}`, 0, CodeBadFrame, "progress"},
+		{"rows progress not a count", `{"type":"rows","sub":"s","rows":[],"progress":{"rows":-1}}`, 0, CodeBadFrame, "progress.rows"},
+		{"live without pos", `{"type":"live","sub":"s"}`, 0, CodeBadFrame, "pos"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

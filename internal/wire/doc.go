@@ -41,8 +41,10 @@ package wire
 //	                                    <-     welcome {id, v, session, limits, expires_at?}
 //	  subscribe {id, sub, table|channel,
 //	             filter?, columns?, event?,
-//	             from?, mode?}          ->
-//	                                    <-     subscribed {id, sub, pos?}     (once live)
+//	             from?, mode?, snapshot?} ->
+//	                                    <-     subscribed {id, sub, pos?, snapshot?} (once live)
+//	                                    <-     rows {sub, rows, progress, last?}  (snapshot only)
+//	                                    <-     live {sub, pos}                  (snapshot only)
 //	                                    <-     change {sub, pos, idx, op, ...}  (table data)
 //	                                    <-     message {sub, pos, channel, event, data}
 //	                                    <-     resync {sub, first, last, lost, reason}
@@ -67,6 +69,8 @@ package wire
 //	v1  First version. WebSocket subprotocol "herald.v1", SSE under /v1/. Reserved, decoded
 //	    but not yet served: subscribe mode "single" and the ack frame (acknowledged delivery).
 //	    Reserved names, not decoded: track, untrack (client); join, leave, roster (server).
+//	v1  Gained, within v1: snapshots (subscribe's and subscribed's "snapshot", the rows and
+//	    live frames, the codes that end a snapshot).
 const (
 	// Version is the protocol version this package speaks: welcome.v.
 	Version = 1

@@ -125,6 +125,38 @@ func AppendGap(dst []byte, sub string, g *stream.Gap) []byte {
 	return append(dst, '}')
 }
 
+// AppendRows appends the rows frame of one page of subscription sub's snapshot: rows, each
+// written as appendRow writes a change's row, the progress so far, and whether it is the last.
+func AppendRows(dst []byte, sub string, rows []change.Row, p Progress, last bool) []byte {
+	dst = AppendDataHead(dst, FrameRows, sub)
+	dst = append(dst, `"rows":[`...)
+	for i, row := range rows {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendRow(dst, row)
+	}
+	dst = append(dst, `],"progress":{"rows":`...)
+	dst = strconv.AppendInt(dst, int64(p.Rows), 10)
+	dst = append(dst, `,"bytes":`...)
+	dst = strconv.AppendInt(dst, p.Bytes, 10)
+	dst = append(dst, `,"pages":`...)
+	dst = strconv.AppendInt(dst, int64(p.Pages), 10)
+	dst = append(dst, '}')
+	if last {
+		dst = append(dst, `,"last":true`...)
+	}
+	return append(dst, '}')
+}
+
+// AppendLive appends the live frame of subscription sub at pos.
+func AppendLive(dst []byte, sub string, pos Position) []byte {
+	dst = AppendDataHead(dst, FrameLive, sub)
+	dst = append(dst, `"pos":`...)
+	dst = pos.AppendJSON(dst)
+	return append(dst, '}')
+}
+
 // AppendPresenceBody appends the shared body of a presence frame (roster, join or leave) on
 // channel: the roster's members, or the one member of a join or a leave (a leave's without its
 // meta). The members' meta must be valid JSON; it is written compacted.
@@ -178,6 +210,10 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		return AppendMessageBody(dst, f), nil
 	case *Resync:
 		return AppendResync(dst, f), nil
+	case *Rows:
+		return AppendRows(dst, f.Sub, f.Rows, f.Progress, f.Last), nil
+	case *Live:
+		return AppendLive(dst, f.Sub, f.Pos), nil
 	case *Roster:
 		dst = AppendDataHead(dst, FrameRoster, f.Sub)
 		return AppendPresenceBody(dst, f.Channel, stream.PresenceRoster, f.Members), nil
@@ -215,6 +251,9 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		}
 		if f.Presence {
 			dst = append(dst, `,"presence":true`...)
+		}
+		if f.Snapshot {
+			dst = append(dst, `,"snapshot":true`...)
 		}
 	case *Unsubscribe:
 		dst = appendStart(dst, FrameUnsubscribe, f.ID)
@@ -288,6 +327,9 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 			}
 			dst = append(dst, ']')
 		}
+		if f.Snapshot {
+			dst = append(dst, `,"snapshot":true`...)
+		}
 	case *Unsubscribed:
 		dst = appendStart(dst, FrameUnsubscribed, f.ID)
 		dst = appendString(dst, "sub", f.Sub)
@@ -354,6 +396,12 @@ func checkFrame(f Frame) error {
 		return check("member.meta", f.Member.Meta)
 	case *Leave:
 		return check("member.meta", f.Member.Meta)
+	case *Rows:
+		for i, row := range f.Rows {
+			if err := checkRow(fmt.Sprintf("rows[%d]", i), row); err != nil {
+				return err
+			}
+		}
 	case *Change:
 		if f.Idx == 0 {
 			return fmt.Errorf("wire: change frame: Idx is 0; a change's index in its transaction starts at 1")

@@ -19,10 +19,11 @@ const (
 	// FrameRefresh: a new token for the same identity, keeping every subscription.
 	// {id, token}. Answered by refreshed.
 	FrameRefresh FrameType = "refresh"
-	// FrameSubscribe: {id, sub, table, filter?, columns?, from?, mode?} or
+	// FrameSubscribe: {id, sub, table, filter?, columns?, from?, mode?, snapshot?} or
 	// {id, sub, channel, event?, from?, mode?, durable?, presence?}. Answered by subscribed
-	// once it is live; with presence, roster follows it. With mode single, or durable, it
-	// binds the connection to the identity's durable subscription named sub.
+	// once it is live; with presence, roster follows it; with snapshot, rows, then live. With
+	// mode single, or durable, it binds the connection to the identity's durable subscription
+	// named sub.
 	FrameSubscribe FrameType = "subscribe"
 	// FrameUnsubscribe: {id, sub, forget?}. Answered by unsubscribed. With forget, the
 	// identity's durable subscription named sub is deleted too.
@@ -47,8 +48,9 @@ const (
 	// FrameWelcome: {id?, v, session, expires_at?, expires_in?, limits}. The answer to connect
 	// (WebSocket) or the first event of a stream (SSE).
 	FrameWelcome FrameType = "welcome"
-	// FrameSubscribed: {id?, sub, pos?, key?}. The subscription is live; data after pos
-	// follows. A channel pattern has no pos; a table's key columns are in key.
+	// FrameSubscribed: {id?, sub, pos?, key?, snapshot?}. The subscription is live; data after
+	// pos follows. A channel pattern has no pos; a table's key columns are in key. With
+	// snapshot, it has no pos: the rows follow, then live says where the stream stands.
 	FrameSubscribed FrameType = "subscribed"
 	// FrameUnsubscribed: {id?, sub, code?, message?}. Without id, the server ended it.
 	FrameUnsubscribed FrameType = "unsubscribed"
@@ -79,6 +81,12 @@ const (
 	FrameJoin FrameType = "join"
 	// FrameLeave: {sub, channel, member}. A member went; member has no meta.
 	FrameLeave FrameType = "leave"
+	// FrameRows: {sub, rows, progress, last?}. One page of a snapshot subscription's rows,
+	// after its subscribed and before its live.
+	FrameRows FrameType = "rows"
+	// FrameLive: {sub, pos}. A snapshot subscription's rows and the changes sent after them are
+	// now the table's state at pos: the position it may resume from.
+	FrameLive FrameType = "live"
 	// FrameExpiring: {expires_at, expires_in}. Unprompted: the token runs out soon; send
 	// refresh before it does.
 	FrameExpiring FrameType = "expiring"
@@ -91,7 +99,7 @@ func FrameTypes() []FrameType {
 		FrameAck, FrameTrack, FrameUntrack,
 		FrameWelcome, FrameSubscribed, FrameUnsubscribed, FrameChange, FrameMessage,
 		FrameResync, FrameError, FramePong, FrameRefreshed, FramePublished, FrameExpiring,
-		FrameTracked, FrameUntracked, FrameRoster, FrameJoin, FrameLeave,
+		FrameTracked, FrameUntracked, FrameRoster, FrameJoin, FrameLeave, FrameRows, FrameLive,
 	}
 }
 
@@ -175,6 +183,10 @@ type Subscribe struct {
 	// Presence asks for the channel's presence too: a roster after subscribed, then join and
 	// leave frames. Only on one channel (no wildcard).
 	Presence bool
+	// Snapshot asks for a table's current rows first: subscribed, then rows frames, then live
+	// once the rows and the changes after them are the table's state at one position. Only
+	// with a table, without From, in mode broadcast.
+	Snapshot bool
 }
 
 // Unsubscribe ends a subscription.
@@ -252,6 +264,9 @@ type Subscribed struct {
 	// Key names a table's key columns, which identify a row in change frames; none for a
 	// channel, or a table with neither a primary key nor a replica identity index.
 	Key []string
+	// Snapshot says the subscription begins with its table's rows (rows frames, then live);
+	// Pos is then zero.
+	Snapshot bool
 }
 
 // Unsubscribed says a subscription has ended. With an ID it answers an unsubscribe; without
@@ -332,6 +347,27 @@ type Resync struct {
 	Last   Position // the last item that may be missing; items after it will be delivered
 	Lost   uint64   // how many items were lost; 0 when unknown
 	Reason ResyncReason
+}
+
+// Rows is one page of a snapshot subscription's rows: each the row as the subscriber may see
+// it (its column list, the policy's columns), in key order.
+type Rows struct {
+	Sub      string
+	Rows     []change.Row
+	Progress Progress
+	// Last marks the snapshot's last page.
+	Last bool
+}
+
+// Progress counts a snapshot's rows sent so far, this page's included: stream.Progress.
+type Progress = stream.Progress
+
+// Live says a snapshot subscription's rows, and the changes sent after them, are now the
+// table's state after every transaction committed at or before Pos: the position the client
+// may resume from. Changes after Pos follow.
+type Live struct {
+	Sub string
+	Pos Position
 }
 
 // Pong answers a ping.
@@ -417,6 +453,8 @@ func (*Untracked) Type() FrameType    { return FrameUntracked }
 func (*Roster) Type() FrameType       { return FrameRoster }
 func (*Join) Type() FrameType         { return FrameJoin }
 func (*Leave) Type() FrameType        { return FrameLeave }
+func (*Rows) Type() FrameType         { return FrameRows }
+func (*Live) Type() FrameType         { return FrameLive }
 
 func (*Connect) frame()      {}
 func (*Refresh) frame()      {}
@@ -442,3 +480,5 @@ func (*Untracked) frame()    {}
 func (*Roster) frame()       {}
 func (*Join) frame()         {}
 func (*Leave) frame()        {}
+func (*Rows) frame()         {}
+func (*Live) frame()         {}

@@ -120,7 +120,7 @@ func validSession(s string) bool {
 
 // The query parameters that declare an SSE stream's URL subscription. They mirror subscribe's
 // fields; columns is comma-separated, filter is JSON text, from is a position's text form.
-var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode", "durable"}
+var queryParams = []string{"sub", "table", "filter", "columns", "channel", "event", "from", "mode", "durable", "snapshot"}
 
 // SubscribeFromQuery reads the subscription an SSE stream's URL declares, as
 // GET /v1/sse?sub=feed&table=public.items&filter={...}. It returns nil, nil when the URL
@@ -203,6 +203,13 @@ func SubscribeFromQuery(q url.Values, last *EventID) (*Subscribe, error) {
 			}
 		}
 	}
+	switch q.Get("snapshot") {
+	case "", "0", "false":
+	case "1", "true":
+		f.Snapshot = true
+	default:
+		return bad("snapshot", "the snapshot parameter is 1 (or true) to read the table's rows first, or 0 (false)")
+	}
 	if s := q.Get("from"); s != "" {
 		p, err := ParsePosition(s)
 		if err != nil {
@@ -216,9 +223,15 @@ func SubscribeFromQuery(q url.Values, last *EventID) (*Subscribe, error) {
 			return nil, &Error{Code: CodeBadPosition, Field: "Last-Event-ID", Message: fmt.Sprintf(
 				"Last-Event-ID does not name this stream's subscription %q; reconnect with the URL the events came from", f.Sub)}
 		}
-		// A durable subscription resumes from its own queue, whatever the client last saw.
+		// A durable subscription resumes from its own queue, whatever the client last saw. A
+		// snapshot subscription has a position from its live on: the client holds the view at
+		// it, so it resumes rather than reads the rows again. Before its live it has none
+		// ("-"), and reads them again.
 		if !f.Durable {
 			f.From = p
+			if !p.IsZero() {
+				f.Snapshot = false
+			}
 		}
 	}
 	if err := validateSubscribe(f); err != nil {

@@ -94,6 +94,19 @@ func TestSubscribeFromQuery(t *testing.T) {
 			want: &Subscribe{Sub: "j", Channel: "jobs", Mode: ModeBroadcast, Durable: true}},
 		{name: "durable garbled", query: "sub=j&channel=jobs&durable=yes", code: CodeBadFrame, field: "durable"},
 		{name: "mode unknown", query: "sub=j&channel=jobs&mode=x", code: CodeBadFrame, field: "mode"},
+		{name: "snapshot", query: "sub=feed&table=a.b&snapshot=1",
+			want: &Subscribe{Sub: "feed", Table: "a.b", Mode: ModeBroadcast, Snapshot: true}},
+		{name: "snapshot off", query: "sub=feed&table=a.b&snapshot=false",
+			want: &Subscribe{Sub: "feed", Table: "a.b", Mode: ModeBroadcast}},
+		// The stream went live before it dropped: the client holds the view, and resumes.
+		{name: "snapshot resumed by Last-Event-ID", query: "sub=feed&table=a.b&snapshot=1", last: "feed 2/0",
+			want: &Subscribe{Sub: "feed", Table: "a.b", From: TablePosition(2<<32, 0), Mode: ModeBroadcast}},
+		// It dropped before its live: no position, and the rows are read again.
+		{name: "snapshot taken up before its live", query: "sub=feed&table=a.b&snapshot=1", last: "feed -",
+			want: &Subscribe{Sub: "feed", Table: "a.b", Mode: ModeBroadcast, Snapshot: true}},
+		{name: "snapshot garbled", query: "sub=feed&table=a.b&snapshot=yes", code: CodeBadFrame, field: "snapshot"},
+		{name: "snapshot with from", query: "sub=feed&table=a.b&snapshot=1&from=1/1", code: CodeBadFrame, field: "snapshot"},
+		{name: "snapshot on a channel", query: "sub=feed&channel=c&snapshot=1", code: CodeBadFrame, field: "snapshot"},
 		{name: "not UTF-8", query: "sub=j&channel=%FF", code: CodeBadFrame, field: "channel"},
 	}
 	for _, tt := range tests {

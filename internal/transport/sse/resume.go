@@ -163,10 +163,16 @@ func (h *Handler) resume(ctx context.Context, c *heraldv1.Conn, last *wire.Event
 		}
 		f := *d
 		f.From = sp.Pos
-		if f.Durable {
+		switch {
+		case f.Durable:
 			// A durable subscription resumes from its own queue, not from a position.
 			f.From = wire.Position{}
-		} else if f.From.IsZero() || strings.ContainsAny(f.Channel, "*") {
+		case f.Snapshot && f.From.IsZero():
+			// Taken up before its live: it reads the rows again.
+		case f.Snapshot:
+			// After its live: the client holds the view at its position, and resumes.
+			f.Snapshot = false
+		case f.From.IsZero() || strings.ContainsAny(f.Channel, "*"):
 			c.Send(&wire.Unsubscribed{Sub: sp.Sub, Code: wire.CodeBadPosition, Message: fmt.Sprintf(
 				"subscription %q spans channels, so it has no one position to resume from; subscribe again, and re-read what it shows", sp.Sub)})
 			continue

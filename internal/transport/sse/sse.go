@@ -483,7 +483,8 @@ func appendEvents(b []byte, items []delivery.Item, ids *eventIDs) []byte {
 	for i := range items {
 		it := &items[i]
 		switch {
-		case it.Kind == delivery.KindData && ids.tracked(it.Key):
+		case it.Kind == delivery.KindData && it.Pos != "" && ids.tracked(it.Key):
+			// A snapshot's pages have none: the subscription's position is its live's.
 			ids.set(it.Key, it.Pos)
 			b = ids.appendID(b)
 		case it.Kind == delivery.KindMarker && it.Marker != nil && ids.tracked(it.Marker.Key):
