@@ -265,18 +265,28 @@ func (s *Session) watchPresence(ctx context.Context, su *subscription, channel s
 		unwatch() // ended meanwhile
 		return
 	}
-	ended := s.subs[su.sub] == su
-	if ended {
-		delete(s.subs, su.sub)
-		s.endedLocked(su)
-		fe, ok := err.(*fault.Error)
-		if !ok {
-			fe = &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; subscribe again later"}
-		}
-		s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
+	if s.subs[su.sub] != su {
+		s.mu.Unlock()
+		return
 	}
+	fe, ok := err.(*fault.Error)
+	if !ok {
+		fe = &fault.Error{Code: fault.CodeUnavailable, Message: "the channel's presence could not be read; subscribe again later"}
+	}
+	release := s.endLocked(su, fe)
 	s.mu.Unlock()
-	if ended {
+	release()
+}
+
+// endLocked takes su, still this session's, out of its subscriptions and queues the unprompted
+// unsubscribed saying fe, under mu, so nothing of su is queued after it. The caller calls
+// release once it has let go of mu (a producer delivering holds its own lock while it takes
+// mu): it detaches su from its producer and drops what the lanes still hold of it.
+func (s *Session) endLocked(su *subscription, fe *fault.Error) (release func()) {
+	delete(s.subs, su.sub)
+	s.endedLocked(su)
+	s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
+	return func() {
 		su.unsubscribe()
 		s.lanes.Forget(su.key)
 	}
@@ -443,12 +453,9 @@ func (s *Session) endDurable(su *subscription, fe *fault.Error) {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.subs, su.sub)
-	s.endedLocked(su)
-	s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
+	release := s.endLocked(su, fe)
 	s.mu.Unlock()
-	su.unsubscribe()
-	s.lanes.Forget(su.key)
+	release()
 }
 
 // Ack settles the message at pos of subscription sub, bound to a durable subscription with
@@ -580,13 +587,9 @@ func (s *Session) recheck(id auth.Identity) {
 			s.mu.Unlock()
 			continue // ended meanwhile
 		}
-		delete(s.subs, su.sub)
-		s.endedLocked(su)
-		// Under mu, as a reply is: nothing of the subscription is queued after it.
-		s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
+		release := s.endLocked(su, fe)
 		s.mu.Unlock()
-		su.unsubscribe()
-		s.lanes.Forget(su.key)
+		release()
 	}
 	s.recheckPresence(id)
 }

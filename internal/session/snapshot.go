@@ -84,10 +84,7 @@ func (s *Session) runSnapshot(ctx context.Context, su *subscription, run Snapsho
 		s.mu.Unlock()
 		return // ended meanwhile
 	}
-	delete(s.subs, su.sub)
-	s.endedLocked(su)
-	s.sendEnd(su.key, s.cfg.Codec.Ended(nil, su.sub, fe))
+	release := s.endLocked(su, fe)
 	s.mu.Unlock()
-	su.unsubscribe()
-	s.lanes.Forget(su.key)
+	release()
 }
