@@ -528,12 +528,7 @@ func (r *Registry) Receive(key Key, conn string, ents []Entry) {
 // deliveries to this node's connections among them, perhaps. Each such binding is suspect
 // until its next publication shows whether it missed any (pushLocked).
 func (r *Registry) Lost(from string) {
-	r.mu.Lock()
-	subs := make([]*sub, 0, len(r.subs))
-	for _, s := range r.subs {
-		subs = append(subs, s)
-	}
-	r.mu.Unlock()
+	subs := r.allSubs()
 	for _, s := range subs {
 		s.mu.Lock()
 		if s.def.Mode == Broadcast {
@@ -673,12 +668,7 @@ func (r *Registry) appendLocked(ctx context.Context, s *sub, ents []Entry) []*Bi
 
 // expire steps every subscription this node knows at the tick (keep), one after the other.
 func (r *Registry) expire(ctx context.Context) {
-	r.mu.Lock()
-	subs := make([]*sub, 0, len(r.subs))
-	for _, s := range r.subs {
-		subs = append(subs, s)
-	}
-	r.mu.Unlock()
+	subs := r.allSubs()
 	for _, s := range subs {
 		ends := r.keep(ctx, s)
 		r.tellEnded(ends, s.key)
@@ -770,12 +760,7 @@ func (r *Registry) keep(ctx context.Context, s *sub) []*Binding {
 
 // stopFeeds ends every hub subscription this node feeds, as the registry stops.
 func (r *Registry) stopFeeds() {
-	r.mu.Lock()
-	subs := make([]*sub, 0, len(r.subs))
-	for _, s := range r.subs {
-		subs = append(subs, s)
-	}
-	r.mu.Unlock()
+	subs := r.allSubs()
 	for _, s := range subs {
 		s.mu.Lock()
 		if s.unfeed != nil {
@@ -785,4 +770,16 @@ func (r *Registry) stopFeeds() {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// allSubs returns the subscriptions the registry holds now, taken under its lock, for a walk
+// that takes each one's own lock after letting go of the registry's.
+func (r *Registry) allSubs() []*sub {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	subs := make([]*sub, 0, len(r.subs))
+	for _, s := range r.subs {
+		subs = append(subs, s)
+	}
+	return subs
 }
