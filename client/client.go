@@ -358,7 +358,14 @@ func (c *Conn) track(f wire.Frame) {
 	defer c.mu.Unlock()
 	switch f := f.(type) {
 	case *wire.Change:
-		c.positions[f.Sub] = f.Position()
+		// Before a snapshot's Live the rows hold transactions committed after this change,
+		// so its position is no place to resume from: a reconnect then reads the rows again.
+		if !c.unplaced[f.Sub] {
+			c.positions[f.Sub] = f.Position()
+		}
+	case *wire.Live:
+		c.positions[f.Sub] = f.Pos
+		c.unplaced[f.Sub] = false
 	case *wire.Message:
 		if !c.unplaced[f.Sub] {
 			c.positions[f.Sub] = f.Pos
@@ -421,6 +428,32 @@ func (c *Conn) Close() error {
 	if !first {
 		<-c.done
 		return ErrClosed
+	}
+	return nil
+}
+
+// send sends f, which no reply answers on success.
+func (c *Conn) send(ctx context.Context, f wire.Frame) error {
+	b, err := wire.AppendFrame(nil, f)
+	if err != nil {
+		return err
+	}
+	if c.closing.Load() {
+		return ErrClosed
+	}
+	c.mu.Lock()
+	err = c.err
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := c.ws.Write(ctx, websocket.MessageText, b); err != nil {
+		select {
+		case <-c.done:
+			return c.closedErr()
+		default:
+		}
+		return err
 	}
 	return nil
 }

@@ -473,3 +473,50 @@ func TestCloseErrorText(t *testing.T) {
 		t.Errorf("hint for an unknown 5xx = %q", h)
 	}
 }
+
+// TestSingleAck: a Single subscription's message goes to one of the identity's connections,
+// most recently bound first; Ack settles it, a repeated Ack is harmless, and another
+// connection's Ack of it comes back through Next as not_found.
+func TestSingleAck(t *testing.T) {
+	n := startNode(t, baseConfig())
+	ctx := ctxFor(t, 10*time.Second)
+	older, newer := dial(t, n), dial(t, n)
+	for _, c := range []*Conn{older, newer} {
+		if _, err := c.Subscribe(ctx, Subscription{Sub: "jobs", Channel: "jobs", Single: true}); err != nil {
+			t.Fatalf("Subscribe single: %v", err)
+		}
+	}
+	pub, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: "jobs", Data: json.RawMessage(`{"job":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := next(t, newer)
+	m, ok := f.(*Message)
+	if !ok || m.Pos != pub {
+		t.Fatalf("the most recently bound connection got %#v, want the message at %v", f, pub)
+	}
+	for range 2 {
+		if err := newer.Ack(ctx, "jobs", m.Pos); err != nil {
+			t.Fatalf("Ack: %v", err)
+		}
+	}
+	if err := older.Ack(ctx, "jobs", m.Pos); err != nil {
+		t.Fatalf("Ack of another's message: %v", err)
+	}
+	f, _ = next(t, older)
+	if e, ok := f.(*ErrorFrame); !ok || e.Code != "not_found" {
+		t.Errorf("another connection's Ack: %#v, want an error frame not_found", f)
+	}
+	// Nothing else reached either connection: the repeated Ack was a success, and a settled
+	// message is not offered again.
+	for _, c := range []*Conn{older, newer} {
+		if _, err := c.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		if f, _, err := c.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("after the acks Next = %#v, %v; want nothing", f, err)
+		}
+		cancel()
+	}
+}

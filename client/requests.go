@@ -26,16 +26,28 @@ type Subscription struct {
 	// From resumes after this position, the last one received (Conn.Position); zero starts
 	// at the stream's end.
 	From Position
+
+	// Snapshot asks a table subscription for the rows that match now first: Rows pages, then
+	// the changes after them, then Live. Not with From.
+	Snapshot bool
+	// Single binds the connection to its identity's durable subscription named Sub, with
+	// acknowledged delivery: exactly one of the identity's bound connections gets each message,
+	// and must Ack it. Durable asks for a durable broadcast instead. Either takes one channel.
+	Single, Durable bool
 }
 
 // Subscribe subscribes and waits until the subscription is live, returning the position it
-// starts after: zero for a channel pattern, which spans channels and has none. A refusal is an
+// starts after: zero for a channel pattern, which spans channels and has none, and for a
+// snapshot, whose position comes with its Live. A refusal is an
 // *Error (unknown_table, bad_filter, duplicate_subscription, ...). The subscription's frames
 // arrive through Next; a resumed one may start with a resync.
 func (c *Conn) Subscribe(ctx context.Context, s Subscription) (Position, error) {
 	id := c.nextID()
 	f := &wire.Subscribe{ID: id, Sub: s.Sub, Table: s.Table, Filter: s.Filter, Columns: s.Columns,
-		Channel: s.Channel, Event: s.Event, From: s.From}
+		Channel: s.Channel, Event: s.Event, From: s.From, Snapshot: s.Snapshot, Durable: s.Durable}
+	if s.Single {
+		f.Mode = wire.ModeSingle
+	}
 	r, err := c.request(ctx, id, f)
 	if err != nil {
 		return Position{}, fmt.Errorf("subscribe %s: %w", s.Sub, err)
@@ -47,6 +59,17 @@ func (c *Conn) Subscribe(ctx context.Context, s Subscription) (Position, error) 
 		return Position{}, newError("subscribe", s.Sub, r)
 	}
 	return Position{}, unexpected("subscribe", r)
+}
+
+// Ack settles the message at pos of a Single subscription. The server answers a settled ack
+// with nothing, so Ack returns once the frame is sent; one the server refuses (a message
+// another connection holds, a position it never delivered) comes through Next as an
+// *ErrorFrame with code not_found. Acking a message again is harmless.
+func (c *Conn) Ack(ctx context.Context, sub string, pos Position) error {
+	if err := c.send(ctx, &wire.Ack{ID: c.nextID(), Sub: sub, Pos: pos}); err != nil {
+		return fmt.Errorf("ack %s %s: %w", sub, pos, err)
+	}
+	return nil
 }
 
 // Unsubscribe ends a subscription and waits for the server to confirm it; no frame of it

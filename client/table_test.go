@@ -206,3 +206,54 @@ func slotFor(t *testing.T, dbURL string) string {
 	}
 	return strings.TrimPrefix(u.Path, "/")
 }
+
+// TestTableSnapshot: a Snapshot subscription gets the matching rows in Rows pages, then Live
+// with its position, which Position then gives; the changes after it follow. Before Live the
+// subscription has no position to resume from.
+func TestTableSnapshot(t *testing.T) {
+	n, db := startTableNode(t)
+	testenv.Exec(t, db, `INSERT INTO items VALUES (1, 'acme', 'milk', false), (2, 'other', 'eggs', false), (3, 'acme', 'tea', true)`)
+	c := dial(t, n)
+	ctx := ctxFor(t, 20*time.Second)
+	pos, err := c.Subscribe(ctx, Subscription{Sub: "mine", Table: "public.items", Snapshot: true,
+		Filter: json.RawMessage(`{"eq":["org_id","acme"]}`), Columns: []string{"id", "title"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pos.IsZero() {
+		t.Errorf("a snapshot subscribed at %v, want no position before its live", pos)
+	}
+	var rows []string
+	var live *Live
+	for live == nil {
+		f, raw, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next: %v; rows so far %v", err, rows)
+		}
+		switch f := f.(type) {
+		case *Rows:
+			for _, r := range f.Rows {
+				b, _ := json.Marshal(r)
+				rows = append(rows, string(b))
+			}
+		case *Live:
+			live = f
+		default:
+			t.Fatalf("got %s before live", raw)
+		}
+		if p, _ := c.Position("mine"); live == nil && !p.IsZero() {
+			t.Fatalf("a position (%v) before live", p)
+		}
+	}
+	if want := []string{`{"id":1,"title":"milk"}`, `{"id":3,"title":"tea"}`}; fmt.Sprint(rows) != fmt.Sprint(want) {
+		t.Errorf("rows %v, want %v", rows, want)
+	}
+	if p, _ := c.Position("mine"); p != live.Pos || !p.IsTable() {
+		t.Errorf("Position after live = %v, want live's %v", p, live.Pos)
+	}
+	testenv.Exec(t, db, `UPDATE items SET title = 'oat milk' WHERE id = 1`)
+	f, raw := next(t, c)
+	if ch, ok := f.(*Change); !ok || ch.LSN <= live.Pos.LSN {
+		t.Errorf("after live: %s, want a change after %v", raw, live.Pos)
+	}
+}

@@ -5,8 +5,8 @@ import "github.com/heraldrt/herald/internal/wire"
 // The protocol's types, as a client meets them. They are aliases: a Change here is a
 // wire.Change.
 type (
-	// Frame is one decoded server frame; Next returns *Change, *Message, *Resync, *ErrorFrame,
-	// *Expiring or *Unsubscribed.
+	// Frame is one decoded server frame; Next returns *Change, *Message, *Resync, *Rows, *Live,
+	// *ErrorFrame, *Expiring or *Unsubscribed.
 	Frame = wire.Frame
 	// FrameType is a frame's "type".
 	FrameType = wire.FrameType
@@ -21,6 +21,11 @@ type (
 	Message = wire.Message
 	// Resync says items of a subscription were lost: the view is stale and must be re-read.
 	Resync = wire.Resync
+	// Rows is one page of a table subscription's snapshot (Subscription.Snapshot).
+	Rows = wire.Rows
+	// Live says a snapshot subscription's rows and the changes after them are the table's
+	// state at Pos: from here on it is a live subscription, resumable from its position.
+	Live = wire.Live
 	// Expiring warns that the token expires soon: call Refresh.
 	Expiring = wire.Expiring
 	// Unsubscribed, from Next, says the server ended a subscription; Code says why.
@@ -48,6 +53,8 @@ const (
 	FrameChange       = wire.FrameChange
 	FrameMessage      = wire.FrameMessage
 	FrameResync       = wire.FrameResync
+	FrameRows         = wire.FrameRows
+	FrameLive         = wire.FrameLive
 	FrameError        = wire.FrameError
 	FrameExpiring     = wire.FrameExpiring
 	FrameUnsubscribed = wire.FrameUnsubscribed
