@@ -5,8 +5,9 @@
 // # Concurrency
 //
 // A Conn runs one reader goroutine. It reads every frame, hands each reply to the request
-// waiting for it (matched by request id), and queues data frames (change, message, resync,
-// unprompted error, expiring, an unsubscribed the server chose) for Next, in the order the
+// waiting for it (matched by request id), and queues data frames (change, message, resync, a
+// snapshot's rows and live, unprompted error, expiring, an unsubscribed the server chose) for
+// Next, in the order the
 // server sent them. Every method of Conn is safe for concurrent use.
 //
 // The queue for Next is bounded (Options.Buffer). When it is full the reader stops reading, so
@@ -30,7 +31,9 @@
 // *CloseError whose Reaction is Reconnect (or Reauthenticate, with a fresh token), waits
 // ReconnectDelay(attempt) (exponential backoff with full jitter), Dials again, and Subscribes
 // to each subscription with From set to its Position, as docs/PROTOCOL.md "Reconnecting"
-// describes.
+// describes. A snapshot subscription has no Position until its Live: one that drops before it
+// subscribes again with Snapshot. A Single or Durable subscription resumes from its own queue:
+// subscribe again without From.
 //
 // # Types
 //
