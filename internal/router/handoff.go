@@ -14,8 +14,9 @@ import (
 )
 
 // DefaultLookback is how far back in its history the router offers a new snapshot
-// subscription's hand-off (HandoffConfig.Lookback).
-const DefaultLookback = 10 * time.Second
+// subscription's hand-off (HandoffConfig.Lookback): the hand-off's, which the snapshot
+// reader's sync-standby guard uses too.
+const DefaultLookback = handoff.DefaultLookback
 
 // HandoffConfig configures the hand-offs of snapshot subscriptions. The zero value of each
 // field is its default.

@@ -107,9 +107,10 @@ type Config struct {
 	HistoryBytes int
 	HistoryAge   time.Duration
 	// Snapshots bounds the reads of table snapshots (the handoff.* keys: max_concurrent,
-	// queue_wait, timeout, max_rows, max_bytes, page_rows, page_bytes), Handoff their
-	// hand-offs to the stream (early_bytes, pending_bytes, lookback). Zero fields: the
-	// defaults. Used with a changefeed.
+	// queue_wait, timeout, max_rows, max_bytes, page_rows, page_bytes; and lookback, the age
+	// of a stalled synchronous commit), Handoff their hand-offs to the stream (early_bytes,
+	// pending_bytes, lookback). Zero fields: the defaults; a zero Snapshots.Lookback is
+	// Handoff's. Used with a changefeed.
 	Snapshots snapshot.Config
 	Handoff   router.HandoffConfig
 	// Cluster, when its RedisURL is set, makes this node one of many sharing that Redis
@@ -171,6 +172,10 @@ type Server struct {
 	feed         *changefeed.Feed // nil without a changefeed
 	schema       *pgSchema        // nil without a changefeed
 	snapPool     *pgxpool.Pool    // the snapshot reader's; nil without a changefeed
+	snapReader   *snapshot.Reader // nil without a changefeed
+	// guardNoted is set once what the snapshot reader's sync-standby guard can see has been
+	// read (noteGuardAccess).
+	guardNoted atomic.Bool
 	slot         *slotWatch       // nil without a changefeed
 	peers        *peers           // nil when the node is alone
 
@@ -340,6 +345,7 @@ func New(cfg Config) (*Server, error) {
 				}
 				return
 			}
+			s.noteGuardAccess(context.Background())
 			r.Seed(start)
 		}
 		var sink changefeed.Sink = r
@@ -377,7 +383,12 @@ func New(cfg Config) (*Server, error) {
 		if pr != nil {
 			node = pr.id
 		}
-		var reader snapshotReader = snapshot.New(snapPool, cfg.Snapshots)
+		if cfg.Snapshots.Lookback <= 0 {
+			// The reader's guard tells when the router's look-back fell short: one setting.
+			cfg.Snapshots.Lookback = cmp.Or(cfg.Handoff.Lookback, router.DefaultLookback)
+		}
+		s.snapReader = snapshot.New(snapPool, cfg.Snapshots)
+		var reader snapshotReader = s.snapReader
 		if cfg.wrapSnapshots != nil {
 			reader = cfg.wrapSnapshots(reader)
 		}
@@ -427,6 +438,7 @@ func (s *Server) follow(ctx context.Context) {
 			s.log.Warn("cluster: read the WAL end to follow the replicator; retrying", "error", err)
 			continue
 		}
+		s.noteGuardAccess(ctx)
 		r.Seed(end)
 		s.log.Info("following another node's replication stream", "from", end.String())
 		return

@@ -245,6 +245,26 @@ func (k *snapshotSink) Page(rows []change.Row, p snapshot.Progress, last bool) e
 	return k.pages.Page(k.ctx, rows, stream.Progress{Rows: p.Rows, Bytes: p.Bytes, Pages: p.Pages}, last)
 }
 
+// noteGuardAccess logs, once per process, as the stream first goes live, when the snapshot
+// reader's sync-standby guard cannot see every role's transactions waiting for a synchronous
+// standby (snapshot.GuardAccess.Limited); herald doctor says the same (postgres.sync_standby).
+// A failure to read it is logged too: the guard runs all the same, with what the role sees.
+func (s *Server) noteGuardAccess(ctx context.Context) {
+	if s.snapReader == nil || !s.guardNoted.CompareAndSwap(false, true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	a, err := s.snapReader.GuardAccess(ctx)
+	if err != nil {
+		s.log.Warn("snapshot: could not read what the sync-standby guard can see", "err", err)
+		return
+	}
+	if detail, fix, limited := a.Limited(); limited {
+		s.log.Warn("snapshot: "+detail, "fix", fix)
+	}
+}
+
 // newSnapshotPool is the snapshot reader's pool: connections to the database the changefeed
 // streams, with the same password rules (the reader pins its own session settings), one per
 // read at once and one for the fences.
