@@ -126,6 +126,9 @@ type Config struct {
 	// wrapSnapshots, when set, stands between the table snapshots and their reader: tests
 	// slow reads down to widen their windows.
 	wrapSnapshots func(snapshotReader) snapshotReader
+	// schemaTTL, when set, is how long a table's description is trusted (pgSchema); tests
+	// shorten it to see the catalog change at once.
+	schemaTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -173,11 +176,11 @@ type Server struct {
 	schema       *pgSchema        // nil without a changefeed
 	snapPool     *pgxpool.Pool    // the snapshot reader's; nil without a changefeed
 	snapReader   *snapshot.Reader // nil without a changefeed
+	slot         *slotWatch       // nil without a changefeed
+	peers        *peers           // nil when the node is alone
 	// guardNoted is set once what the snapshot reader's sync-standby guard can see has been
 	// read (noteGuardAccess).
 	guardNoted atomic.Bool
-	slot         *slotWatch       // nil without a changefeed
-	peers        *peers           // nil when the node is alone
 
 	conns       atomic.Int64                  // sessions admitted and not yet ended
 	maxSessions atomic.Int64                  // the session limit: limits.max_connections, or less to fit the open-file limit
@@ -307,6 +310,9 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
+		if cfg.schemaTTL > 0 {
+			schema.ttl = cfg.schemaTTL
+		}
 		// The snapshot reader's fence must reach the router: it moves a hand-off past its
 		// snapshot however quiet the database is.
 		if !slices.Contains(fc.MessagePrefixes, "*") && !slices.Contains(fc.MessagePrefixes, snapshot.FencePrefix) {
@@ -338,6 +344,7 @@ func New(cfg Config) (*Server, error) {
 				// follows from there.
 				pr.node.Streaming(start)
 			}
+			s.schemaStarted(context.Background())
 			if err := s.policy.load(context.Background(), schema); err != nil {
 				select {
 				case s.policyFailed <- err:
@@ -426,6 +433,7 @@ func (s *Server) follow(ctx context.Context) {
 		if !s.peers.replicating() || s.feed.Stats().Leader {
 			continue
 		}
+		s.schemaStarted(ctx)
 		if err := s.policy.load(ctx, s.schema); err != nil {
 			select {
 			case s.policyFailed <- err:

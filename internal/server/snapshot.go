@@ -119,7 +119,7 @@ func (s *snapshots) join(parent context.Context, snap *router.Snapshot, pages se
 	h := snap.Handoff
 	ctx, cancel := context.WithTimeoutCause(parent, s.timeout, errSnapshotTimeout)
 	defer cancel()
-	req := snapshot.Request{Table: snap.Table, Key: snap.Key, Filter: snap.Filter, Keep: snap.Keep,
+	req := snapshot.Request{Table: snap.Table, Key: snap.Key, Filter: snap.Filter, Keep: snap.Keep, Joined: snap.Joined,
 		Columns: make([]snapshot.Column, len(snap.Columns))}
 	for i, c := range snap.Columns {
 		req.Columns[i] = snapshot.Column{Name: c.Name, OID: c.OID}
@@ -262,6 +262,16 @@ func (s *Server) noteGuardAccess(ctx context.Context) {
 	}
 	if detail, fix, limited := a.Limited(); limited {
 		s.log.Warn("snapshot: "+detail, "fix", fix)
+	}
+}
+
+// schemaStarted has the catalog record the tables in the publication as the router first goes
+// live: they are ready for snapshots, and any other joins when first seen (pgSchema.Started).
+func (s *Server) schemaStarted(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.schema.Started(ctx); err != nil {
+		s.log.Warn("snapshot: the publication's tables could not be read as the stream started; each is taken as new to it, and a snapshot of it may end with table_not_ready until the transactions running when it was first seen have ended", "err", err)
 	}
 }
 

@@ -41,6 +41,20 @@
 // A snapshot the stream could not be joined to without a gap is refused, after First.Check and
 // before Sink.Snapshot, with a reason the client retries on.
 //
+// table_not_ready. A transaction that began before its table joined the publication (ALTER
+// PUBLICATION ... ADD TABLE) may have changed it in ways the stream never carries: the decoder
+// judges each change by the publication as it stood for that transaction, and a change made
+// before the join is not published. Request.Joined, when set, is a transaction id assigned
+// once the table was seen in the publication, so every transaction running when it joined has
+// a smaller one; a snapshot whose Xmin is below it is refused, since one of those may still
+// run. Once Xmin has reached it, every transaction with a smaller id ended before the
+// snapshot, which sees it whole (the hand-off skips whatever the stream carried of it), and
+// every transaction the snapshot does not see got its id after the join, and with it every
+// change it made, all of which the stream carries. The check costs nothing: the snapshot's
+// Xmin is read anyway. Nor must the router first have routed the join's commit: the join
+// committed before Joined was assigned, so before the snapshot and its Bound, and the
+// hand-off goes live only once the stream has passed Bound.
+//
 // sync_standby_stalled. A commit that waits for a synchronous standby has written its record,
 // and the stream hands it on, but no snapshot sees it until the standby answers. The router
 // offers a new hand-off the transactions it routed during its look-back (handoff.lookback), so
@@ -92,7 +106,7 @@
 //
 // Read returns a *handoff.Error for each failure the hand-off names: snapshot_busy,
 // snapshot_timeout, snapshot_too_large, snapshot_on_standby and snapshot_isolation (from
-// First.Check), sync_standby_stalled (the guards), snapshot_mismatch, schema_changed (the columns check, or a table or column
+// First.Check), table_not_ready and sync_standby_stalled (the guards), snapshot_mismatch, schema_changed (the columns check, or a table or column
 // gone: SQLSTATE 42P01, 42703, 3F000), policy_error (Keep's error); the Sink's own error as it
 // returned it; the caller's context's error; and any other error wrapped with the table's
 // name. Stats counts each read by Outcome, the same values as metric labels.

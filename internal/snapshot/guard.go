@@ -9,9 +9,16 @@ import (
 )
 
 // guard refuses a snapshot the stream may not join without a gap, once First.Check has
-// accepted it: stalled transactions waited for a synchronous standby since before the
-// look-back (firstSQL counted them in the first statement).
-func (rd *read) guard(stalled int64) error {
+// accepted it: one taken while a transaction that began before the table joined the
+// publication still runs (Request.Joined), or while stalled transactions have waited for a
+// synchronous standby since before the look-back (firstSQL counted them in the first
+// statement).
+func (rd *read) guard(snap *handoff.Snapshot, stalled int64) error {
+	if joined := rd.req.Joined; joined != 0 && snap.Xmin < joined {
+		return rd.fail(handoff.ReasonTableNotReady, fmt.Sprintf(
+			"the table joined the publication before transaction %d began, and transaction %d, which began before that, still runs: it may have written to the table unseen by the stream",
+			joined, snap.Xmin), nil)
+	}
 	if stalled > 0 {
 		return rd.fail(handoff.ReasonSyncStandbyStalled, fmt.Sprintf(
 			"%d %s waiting for a synchronous standby began more than %s (handoff.lookback) before the snapshot: streamed before the look-back, and not yet visible, it would be in neither the rows nor the stream",

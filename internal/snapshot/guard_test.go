@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed/pgvalue"
 	"github.com/heraldrt/herald/internal/devpg"
 	"github.com/heraldrt/herald/internal/handoff"
@@ -176,5 +177,81 @@ func TestSyncStandbyStalled(t *testing.T) {
 	}
 	if _, _, limited := (GuardAccess{Role: "blind"}).Limited(); limited {
 		t.Error("with no standby named, the guard is limited")
+	}
+}
+
+// TestTableNotReady: with Request.Joined a transaction id assigned after a writer began, a
+// read fails with table_not_ready while the writer runs, before its Sink hears of a snapshot,
+// and succeeds once it has ended, its rows in the snapshot; without Joined the same read
+// succeeds while the writer runs.
+func TestTableNotReady(t *testing.T) {
+	url := db(t, `CREATE TABLE nr (id int PRIMARY KEY)`, `INSERT INTO nr VALUES (1)`)
+	pool, _ := newPool(t, url, 2)
+	ctx := ctxFor(t)
+	writer, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close(context.Background())
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `INSERT INTO nr VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	var joined int64
+	queryOne(t, url, `SELECT pg_current_xact_id()::text::int8`, &joined)
+
+	r := New(pool, Config{})
+	req := Request{Table: "public.nr", Columns: []Column{{"id", pgvalue.Int4OID}}, Key: []string{"id"}, Joined: change.XID8(joined)}
+	rec := &recorder{}
+	_, err = r.Read(ctx, req, rec)
+	wantReason(t, err, handoff.ReasonTableNotReady)
+	if len(rec.snaps) != 0 {
+		t.Error("the Sink was given the snapshot of a read the guard refused")
+	}
+	if got := r.Stats().Done[Outcome(handoff.ReasonTableNotReady)]; got != 1 {
+		t.Errorf("reads counted as table_not_ready: %d, want 1", got)
+	}
+
+	ready := req
+	ready.Joined = 0
+	rec = &recorder{}
+	if _, err := r.Read(ctx, ready, rec); err != nil {
+		t.Fatalf("a table ready since the stream started, with the writer running: %v", err)
+	}
+	if got := len(rec.rows()); got != 1 {
+		t.Errorf("%d rows with the writer running, want 1", got)
+	}
+
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec = &recorder{}
+	if _, err := r.Read(ctx, req, rec); err != nil {
+		t.Fatalf("once the writer ended: %v", err)
+	}
+	if got := len(rec.rows()); got != 2 {
+		t.Errorf("%d rows once the writer ended, want its row too", got)
+	}
+	if s := rec.snaps[0]; s.Xmin < change.XID8(joined) {
+		t.Errorf("snapshot %s: Xmin below %d, yet the read was let through", s.String(), joined)
+	}
+}
+
+// queryOne scans one row of sql, run on its own connection to url, into dst.
+func queryOne(t *testing.T, url, sql string, dst ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(ctx, sql).Scan(dst...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
 	}
 }

@@ -132,6 +132,11 @@ type Request struct {
 	// it, and an error, which fails the read with handoff.ReasonPolicyError. nil keeps every
 	// row as read.
 	Keep func(row change.Row) (change.Row, bool, error)
+	// Joined, when set, is a transaction id assigned once the table was seen to have joined
+	// the publication (router.TableInfo.Joined): a snapshot taken while a transaction before it
+	// still runs fails with handoff.ReasonTableNotReady (see the package doc, "Guards"). 0: the
+	// table was in the publication when the stream started.
+	Joined change.XID8
 }
 
 // check reports a request no table could satisfy: the caller's mistake, not the database's.
@@ -271,7 +276,7 @@ func (e sinkError) Unwrap() error { return e.err }
 // with the guard's count (checked with First.Check and the guards, then given to
 // Sink.Snapshot); the rows, in pages; COMMIT. It returns what was sent. Errors are
 // *handoff.Error with their Reason (busy, timeout, too_large, on_standby, isolation,
-// sync_standby_stalled, mismatch, schema_changed, policy_error), the Sink's own error as it
+// table_not_ready, sync_standby_stalled, mismatch, schema_changed, policy_error), the Sink's own error as it
 // returned it, ctx's error, or another error when the request is malformed or Postgres failed
 // for none of those reasons (unreachable, a privilege missing).
 func (r *Reader) Read(ctx context.Context, req Request, sink Sink) (Progress, error) {
@@ -450,7 +455,7 @@ func (rd *read) run(parent context.Context) (last []change.Row, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := rd.guard(stalled); err != nil {
+	if err := rd.guard(&snap, stalled); err != nil {
 		return nil, err
 	}
 	if err := rd.sink.Snapshot(snap); err != nil {
