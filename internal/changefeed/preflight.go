@@ -133,6 +133,11 @@ type Settings struct {
 	Replication bool
 	// ServerEncoding is the database's encoding, as Postgres names it: UTF8, LATIN1, SQL_ASCII.
 	ServerEncoding string
+	// SyncStandbyNames is synchronous_standby_names, and ReadAllStats says the role has
+	// pg_read_all_stats's privileges (or is a superuser): what the snapshot reader's
+	// sync-standby guard can see (snapshot.GuardAccess).
+	SyncStandbyNames string
+	ReadAllStats     bool
 }
 
 // readSettings reads Settings in one query.
@@ -142,15 +147,17 @@ func readSettings(ctx context.Context, conn *pgconn.PgConn) (Settings, error) {
 		(SELECT count(*) FROM pg_replication_slots), (SELECT count(*) FROM pg_stat_replication),
 		current_user, current_database(),
 		(SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
-		current_setting('server_encoding')`)
+		current_setting('server_encoding'), current_setting('synchronous_standby_names'),
+		pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')`)
 	if err != nil {
 		return Settings{}, pgError(StagePreflight, "read server settings", err)
 	}
-	if len(rows) != 1 || len(rows[0]) != 10 {
+	if len(rows) != 1 || len(rows[0]) != 12 {
 		return Settings{}, &Error{Stage: StagePreflight, Detail: "the server settings query returned an unexpected shape"}
 	}
 	r := rows[0]
-	s := Settings{WALLevel: string(r[1]), User: string(r[6]), Database: string(r[7]), Replication: string(r[8]) == "t", ServerEncoding: string(r[9])}
+	s := Settings{WALLevel: string(r[1]), User: string(r[6]), Database: string(r[7]), Replication: string(r[8]) == "t", ServerEncoding: string(r[9]),
+		SyncStandbyNames: string(r[10]), ReadAllStats: string(r[11]) == "t"}
 	s.Version, _ = strconv.Atoi(string(r[0]))
 	s.MaxSlots, _ = strconv.Atoi(string(r[2]))
 	s.MaxWALSenders, _ = strconv.Atoi(string(r[3]))

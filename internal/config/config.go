@@ -262,7 +262,9 @@ type HandoffSection struct {
 	EarlyBytes   Size `yaml:"early_bytes"`
 	PendingBytes Size `yaml:"pending_bytes"`
 	// Lookback is how far back in the routed history a new snapshot subscription's hand-off
-	// looks for transactions streamed before it that its snapshot may not see.
+	// looks for transactions streamed before it that its snapshot may not see; a snapshot that
+	// finds a commit waiting for a synchronous standby since longer ago ends with
+	// sync_standby_stalled.
 	Lookback time.Duration `yaml:"lookback"`
 }
 

@@ -48,6 +48,7 @@ type Check struct {
 var IDs = []string{
 	"config.keys", "config.values", "config.secrets", "config.listen",
 	"postgres.connect", "postgres.tls", "postgres.version", "postgres.wal_level", "postgres.role",
+	"postgres.sync_standby",
 	"postgres.replication_slots", "postgres.wal_senders", "postgres.publication", "postgres.table",
 	"postgres.replica_identity", "postgres.slot", "postgres.slot_lag", "postgres.session", "postgres.encoding",
 	"config.policy",

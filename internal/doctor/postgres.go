@@ -10,6 +10,7 @@ import (
 	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/config"
 	"github.com/heraldrt/herald/internal/policy"
+	"github.com/heraldrt/herald/internal/snapshot"
 )
 
 // urlKey names the key and variable of the database URL, for a fix.
@@ -60,6 +61,7 @@ func checkPostgres(ctx context.Context, r *Report, c *config.Config) map[string]
 	} else {
 		r.ok("postgres.role", "", fmt.Sprintf("role %q may replicate (REPLICATION or superuser)", s.User))
 	}
+	checkSyncStandby(r, s)
 
 	slot, slotErr := in.Slot(ctx, s.Database)
 	if slotErr != nil {
@@ -137,6 +139,22 @@ func checkTLS(r *Report, t changefeed.Transport) {
 		r.warn("postgres.tls", "", fmt.Sprintf("unencrypted to %s under %s: the server offered no TLS, so the data crosses the network in clear", t.Addr, mode),
 			"turn TLS on in Postgres (ssl = on, with ssl_cert_file and ssl_key_file) and set "+verifyFix)
 	}
+}
+
+// checkSyncStandby reports postgres.sync_standby: the snapshot reader's sync-standby guard
+// sees every role's transactions waiting for a synchronous standby, as snapshot.GuardAccess
+// judges it.
+func checkSyncStandby(r *Report, s changefeed.Settings) {
+	a := snapshot.GuardAccess{Standbys: s.SyncStandbyNames, Role: s.User, SeesAll: s.ReadAllStats}
+	if detail, fix, limited := a.Limited(); limited {
+		r.warn("postgres.sync_standby", "", detail, fix)
+		return
+	}
+	if a.Standbys == "" {
+		r.ok("postgres.sync_standby", "", "no synchronous standby is named (synchronous_standby_names): no commit waits for one")
+		return
+	}
+	r.ok("postgres.sync_standby", "", fmt.Sprintf("synchronous_standby_names is %q, and role %q reads every role's activity: a snapshot sees every commit stalled on a standby", a.Standbys, s.User))
 }
 
 // checkSlots reports postgres.replication_slots: a slot is free for a feed whose slot does not

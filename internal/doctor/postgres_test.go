@@ -90,7 +90,7 @@ func TestPostgresHealthy(t *testing.T) {
 		t.Fatalf("a healthy database: %s\n%s", r.Summary(), text(r))
 	}
 	for _, id := range []string{"postgres.connect", "postgres.tls", "postgres.version", "postgres.wal_level", "postgres.role",
-		"postgres.replication_slots", "postgres.wal_senders", "postgres.session", "postgres.encoding"} {
+		"postgres.sync_standby", "postgres.replication_slots", "postgres.wal_senders", "postgres.session", "postgres.encoding"} {
 		want(t, r, id, "", OK)
 	}
 	want(t, r, "postgres.publication", "herald", OK)

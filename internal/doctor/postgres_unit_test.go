@@ -62,3 +62,25 @@ func TestEncodingRule(t *testing.T) {
 		want(t, r, "postgres.encoding", "", status)
 	}
 }
+
+// TestSyncStandbyRule: the guard's access, judged without a server: a warning only when a
+// synchronous standby is named and the role cannot see other roles' waits.
+func TestSyncStandbyRule(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		s      changefeed.Settings
+		status Status
+		fix    []string
+	}{
+		{"no standby named", changefeed.Settings{User: "herald"}, OK, nil},
+		{"no standby named, stats unreadable", changefeed.Settings{User: "herald", ReadAllStats: false}, OK, nil},
+		{"standby named, stats readable", changefeed.Settings{User: "herald", SyncStandbyNames: "ANY 1 (a, b)", ReadAllStats: true}, OK, nil},
+		{"standby named, stats unreadable", changefeed.Settings{User: "herald", SyncStandbyNames: "ANY 1 (a, b)"}, Warn, []string{`GRANT pg_read_all_stats TO "herald";`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Report{}
+			checkSyncStandby(r, tt.s)
+			want(t, r, "postgres.sync_standby", "", tt.status, tt.fix...)
+		})
+	}
+}

@@ -48,7 +48,11 @@
 //     past everything offered before it fails the hand-off (replication_restarted).
 //   - At Live(head) the rows plus the delivered transactions are the table's state after
 //     every transaction committed at or before head, provided every transaction the snapshot
-//     does not see and that ended at or before the registration was in the look-back. A
+//     does not see and that ended at or before the registration was in the look-back, and
+//     the stream carries every change such a transaction made to the table. The snapshot
+//     reader refuses a snapshot for which either may fail (ReasonSyncStandbyStalled: a commit
+//     waiting for a synchronous standby since before the look-back; ReasonTableNotReady: a
+//     transaction older than the table's joining the publication still running). A
 //     transaction the snapshot sees never ends past Bound; one that does fails the hand-off
 //     (snapshot_mismatch): the snapshot came from another server than the stream.
 //   - Memory is bounded: the early buffer by Config.EarlyBytes, the pending one by

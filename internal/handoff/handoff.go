@@ -3,6 +3,7 @@ package handoff
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/heraldrt/herald/internal/change"
 )
@@ -100,6 +101,13 @@ const (
 	DefaultEarlyBytes   = 4 << 20
 	DefaultPendingBytes = 32 << 20
 )
+
+// DefaultLookback is how far back the stream's recent history is offered to a new hand-off
+// (step 1 of the protocol), by when the stream handed each transaction on: the router's
+// look-back, and the age past which the snapshot reader counts a transaction still waiting for
+// a synchronous standby as stalled (sync_standby_stalled). The two must be the same, since the
+// guard is what tells when the look-back fell short; the handoff.lookback setting sets both.
+const DefaultLookback = 10 * time.Second
 
 // txnOverhead is what a held transaction costs beyond its Items' bytes, so a stream of small
 // transactions is bounded too.

@@ -88,7 +88,13 @@
 // A loss the stream reports (GapAll) and a restart of the stream (Seed, past the first) fail
 // every hand-off in progress (replication_restarted); a live one is told as any subscription.
 // Snapshot.Keep decides the rows as a change's new image is decided, with the claims the
-// subscriber had when it subscribed.
+// subscriber had when it subscribed. A table that joined the publication since the stream
+// started carries TableInfo.Joined into Snapshot.Joined, and the reader refuses a snapshot
+// taken before every transaction running at the join had ended (table_not_ready;
+// internal/snapshot, "Guards"). The router does not also wait until it has routed the join's
+// commit: that commit precedes the snapshot's Bound, which the hand-off waits for anyway, and
+// every transaction the snapshot does not see began writing after the join, so the stream
+// carries all of it.
 //
 // # Output
 //

@@ -14,8 +14,9 @@ import (
 )
 
 // DefaultLookback is how far back in its history the router offers a new snapshot
-// subscription's hand-off (HandoffConfig.Lookback).
-const DefaultLookback = 10 * time.Second
+// subscription's hand-off (HandoffConfig.Lookback): the hand-off's, which the snapshot
+// reader's sync-standby guard uses too.
+const DefaultLookback = handoff.DefaultLookback
 
 // HandoffConfig configures the hand-offs of snapshot subscriptions. The zero value of each
 // field is its default.
@@ -52,6 +53,9 @@ type Snapshot struct {
 	// subscriber may see and asked for. An error is a row rule that failed: the snapshot
 	// fails with policy_error rather than hide the row.
 	Keep func(row change.Row) (change.Row, bool, error)
+	// Joined is the table's TableInfo.Joined: the reader refuses a snapshot whose Xmin is
+	// below it (table_not_ready). 0: the table was in the publication when the stream started.
+	Joined change.XID8
 	// For a subscription asked with Request.Hold, whose look-back its caller reads from the
 	// history nodes share: Since is the position the look-back starts after (the commit LSN
 	// this router had routed up to by HandoffConfig.Lookback ago, as far as it knows), and

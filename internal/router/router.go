@@ -55,6 +55,13 @@ type TableInfo struct {
 	// Identity is the table's replica identity: what Postgres logs of the old row of an
 	// UPDATE or DELETE.
 	Identity Identity
+	// Joined is set for a table first seen in Herald's publication after the stream started:
+	// a transaction id assigned once it was seen there, so every transaction running when it
+	// joined has a smaller one, and may have written to it unseen by the stream. A snapshot of
+	// the table is refused (table_not_ready) until each of those has ended: until the
+	// snapshot's Xmin reaches Joined (Snapshot.Joined). 0 for a table in the publication when
+	// the stream started.
+	Joined change.XID8
 }
 
 // Identity is a table's replica identity, as pg_class.relreplident spells it.
@@ -522,7 +529,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 		// Until the hand-off is live the entry routes into collect, which Accept offers it.
 		ho = &handoffEntry{e: e, table: table, types: types, target: req.Target, holding: req.Hold}
 		e.target = collect{ho}
-		snap = &Snapshot{Table: table, Columns: cols, Key: info.Key, Filter: f, Keep: keeper(e)}
+		snap = &Snapshot{Table: table, Columns: cols, Key: info.Key, Filter: f, Keep: keeper(e), Joined: info.Joined}
 	}
 
 	r.mu.Lock()

@@ -51,7 +51,7 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		HistoryBytes: int(c.ChangefeedSection.HistoryBytes),
 		HistoryAge:   c.ChangefeedSection.HistoryAge,
 		Snapshots: snapshot.Config{MaxConcurrent: h.MaxConcurrent, QueueWait: h.QueueWait, Timeout: h.Timeout,
-			MaxRows: h.MaxRows, MaxBytes: int64(h.MaxBytes), PageRows: h.PageRows, PageBytes: int(h.PageBytes)},
+			MaxRows: h.MaxRows, MaxBytes: int64(h.MaxBytes), PageRows: h.PageRows, PageBytes: int(h.PageBytes), Lookback: h.Lookback},
 		Handoff: router.HandoffConfig{Lookback: h.Lookback, EarlyBytes: int(h.EarlyBytes), PendingBytes: int(h.PendingBytes)},
 		Cluster: ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
 		Logger:  log,

@@ -107,9 +107,10 @@ type Config struct {
 	HistoryBytes int
 	HistoryAge   time.Duration
 	// Snapshots bounds the reads of table snapshots (the handoff.* keys: max_concurrent,
-	// queue_wait, timeout, max_rows, max_bytes, page_rows, page_bytes), Handoff their
-	// hand-offs to the stream (early_bytes, pending_bytes, lookback). Zero fields: the
-	// defaults. Used with a changefeed.
+	// queue_wait, timeout, max_rows, max_bytes, page_rows, page_bytes; and lookback, the age
+	// of a stalled synchronous commit), Handoff their hand-offs to the stream (early_bytes,
+	// pending_bytes, lookback). Zero fields: the defaults; a zero Snapshots.Lookback is
+	// Handoff's. Used with a changefeed.
 	Snapshots snapshot.Config
 	Handoff   router.HandoffConfig
 	// Cluster, when its RedisURL is set, makes this node one of many sharing that Redis
@@ -125,6 +126,9 @@ type Config struct {
 	// wrapSnapshots, when set, stands between the table snapshots and their reader: tests
 	// slow reads down to widen their windows.
 	wrapSnapshots func(snapshotReader) snapshotReader
+	// schemaTTL, when set, is how long a table's description is trusted (pgSchema); tests
+	// shorten it to see the catalog change at once.
+	schemaTTL time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -171,8 +175,12 @@ type Server struct {
 	feed         *changefeed.Feed // nil without a changefeed
 	schema       *pgSchema        // nil without a changefeed
 	snapPool     *pgxpool.Pool    // the snapshot reader's; nil without a changefeed
+	snapReader   *snapshot.Reader // nil without a changefeed
 	slot         *slotWatch       // nil without a changefeed
 	peers        *peers           // nil when the node is alone
+	// guardNoted is set once what the snapshot reader's sync-standby guard can see has been
+	// read (noteGuardAccess).
+	guardNoted atomic.Bool
 
 	conns       atomic.Int64                  // sessions admitted and not yet ended
 	maxSessions atomic.Int64                  // the session limit: limits.max_connections, or less to fit the open-file limit
@@ -302,6 +310,9 @@ func New(cfg Config) (*Server, error) {
 			pr.close()
 			return nil, err
 		}
+		if cfg.schemaTTL > 0 {
+			schema.ttl = cfg.schemaTTL
+		}
 		// The snapshot reader's fence must reach the router: it moves a hand-off past its
 		// snapshot however quiet the database is.
 		if !slices.Contains(fc.MessagePrefixes, "*") && !slices.Contains(fc.MessagePrefixes, snapshot.FencePrefix) {
@@ -333,6 +344,7 @@ func New(cfg Config) (*Server, error) {
 				// follows from there.
 				pr.node.Streaming(start)
 			}
+			s.schemaStarted(context.Background())
 			if err := s.policy.load(context.Background(), schema); err != nil {
 				select {
 				case s.policyFailed <- err:
@@ -340,6 +352,7 @@ func New(cfg Config) (*Server, error) {
 				}
 				return
 			}
+			s.noteGuardAccess(context.Background())
 			r.Seed(start)
 		}
 		var sink changefeed.Sink = r
@@ -377,7 +390,12 @@ func New(cfg Config) (*Server, error) {
 		if pr != nil {
 			node = pr.id
 		}
-		var reader snapshotReader = snapshot.New(snapPool, cfg.Snapshots)
+		if cfg.Snapshots.Lookback <= 0 {
+			// The reader's guard tells when the router's look-back fell short: one setting.
+			cfg.Snapshots.Lookback = cmp.Or(cfg.Handoff.Lookback, router.DefaultLookback)
+		}
+		s.snapReader = snapshot.New(snapPool, cfg.Snapshots)
+		var reader snapshotReader = s.snapReader
 		if cfg.wrapSnapshots != nil {
 			reader = cfg.wrapSnapshots(reader)
 		}
@@ -415,6 +433,7 @@ func (s *Server) follow(ctx context.Context) {
 		if !s.peers.replicating() || s.feed.Stats().Leader {
 			continue
 		}
+		s.schemaStarted(ctx)
 		if err := s.policy.load(ctx, s.schema); err != nil {
 			select {
 			case s.policyFailed <- err:
@@ -427,6 +446,7 @@ func (s *Server) follow(ctx context.Context) {
 			s.log.Warn("cluster: read the WAL end to follow the replicator; retrying", "error", err)
 			continue
 		}
+		s.noteGuardAccess(ctx)
 		r.Seed(end)
 		s.log.Info("following another node's replication stream", "from", end.String())
 		return

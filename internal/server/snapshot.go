@@ -119,7 +119,7 @@ func (s *snapshots) join(parent context.Context, snap *router.Snapshot, pages se
 	h := snap.Handoff
 	ctx, cancel := context.WithTimeoutCause(parent, s.timeout, errSnapshotTimeout)
 	defer cancel()
-	req := snapshot.Request{Table: snap.Table, Key: snap.Key, Filter: snap.Filter, Keep: snap.Keep,
+	req := snapshot.Request{Table: snap.Table, Key: snap.Key, Filter: snap.Filter, Keep: snap.Keep, Joined: snap.Joined,
 		Columns: make([]snapshot.Column, len(snap.Columns))}
 	for i, c := range snap.Columns {
 		req.Columns[i] = snapshot.Column{Name: c.Name, OID: c.OID}
@@ -243,6 +243,36 @@ func (k *snapshotSink) Page(rows []change.Row, p snapshot.Progress, last bool) e
 		return err
 	}
 	return k.pages.Page(k.ctx, rows, stream.Progress{Rows: p.Rows, Bytes: p.Bytes, Pages: p.Pages}, last)
+}
+
+// noteGuardAccess logs, once per process, as the stream first goes live, when the snapshot
+// reader's sync-standby guard cannot see every role's transactions waiting for a synchronous
+// standby (snapshot.GuardAccess.Limited); herald doctor says the same (postgres.sync_standby).
+// A failure to read it is logged too: the guard runs all the same, with what the role sees.
+func (s *Server) noteGuardAccess(ctx context.Context) {
+	if s.snapReader == nil || !s.guardNoted.CompareAndSwap(false, true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	a, err := s.snapReader.GuardAccess(ctx)
+	if err != nil {
+		s.log.Warn("snapshot: could not read what the sync-standby guard can see", "err", err)
+		return
+	}
+	if detail, fix, limited := a.Limited(); limited {
+		s.log.Warn("snapshot: "+detail, "fix", fix)
+	}
+}
+
+// schemaStarted has the catalog record the tables in the publication as the router first goes
+// live: they are ready for snapshots, and any other joins when first seen (pgSchema.Started).
+func (s *Server) schemaStarted(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.schema.Started(ctx); err != nil {
+		s.log.Warn("snapshot: the publication's tables could not be read as the stream started; each is taken as new to it, and a snapshot of it may end with table_not_ready until the transactions running when it was first seen have ended", "err", err)
+	}
 }
 
 // newSnapshotPool is the snapshot reader's pool: connections to the database the changefeed

@@ -518,18 +518,57 @@ const schemaCacheMax = 1024
 // pgSchema describes tables from the database's catalog, as Herald's publication streams
 // them, on an ordinary connection pool with the same pinned settings and password rules as
 // the changefeed's.
+//
+// # When a table joined the publication
+//
+// A table added to the publication while the node runs (ALTER PUBLICATION ... ADD TABLE) may
+// be written to by transactions that began before the ALTER committed, and whether the stream
+// carries their changes to it has varied across Postgres releases (the decoder judges each
+// change by a publication membership it may have cached before the ALTER). A snapshot of the
+// table is exact only once every such transaction has ended: then each is in the snapshot's
+// rows, and the hand-off skips whatever the stream carried of it. So pgSchema records, for
+// each table it first sees in the publication after the stream started (Started), a
+// transaction id assigned right after it saw it there (TableInfo.Joined, from
+// pg_current_xact_id() in a transaction of its own): every transaction running when the table
+// joined has a smaller one. A snapshot whose Xmin has not reached it is refused with
+// table_not_ready (internal/snapshot, "Guards"). The tables in the publication when the stream
+// started are taken as ready.
+//
+// A table is told apart from the one it was by its relation and, for a table named in the
+// publication, its pg_publication_rel row: dropped and created again, or removed from the
+// publication and added again, it joins anew even if no read saw it out. A table reached
+// through a schema or a partition root has no row of its own; it joins anew only when a read
+// saw it out of the publication between.
 type pgSchema struct {
 	pool        *pgxpool.Pool
 	publication string
 	slot        string
+	ttl         time.Duration // how long a description is trusted: schemaTTL, unless a test shortened it
 
 	mu    sync.Mutex
 	cache map[string]cachedTable // guarded by mu
+	// gen counts Started's calls that took effect: a description read before one is not
+	// cached after it. Guarded by mu.
+	gen uint64
+	// started is set by Started: from then on a table seen in the publication for the first
+	// time joins it. Guarded by mu.
+	started bool
+	// members are the tables seen in the publication since the stream started, and how each
+	// is a member: at most the publication's tables, as one seen out is removed. Guarded by mu.
+	members map[string]membership
 }
 
 type cachedTable struct {
 	info router.TableInfo
 	at   time.Time
+}
+
+// membership is how a table is in the publication, and since when.
+type membership struct {
+	rel int64 // the table's pg_class oid
+	row int64 // its pg_publication_rel row's oid; 0 when it is a member otherwise
+	// joined is TableInfo.Joined: 0 for a table in the publication when the stream started.
+	joined change.XID8
 }
 
 var _ router.Schema = (*pgSchema)(nil)
@@ -549,7 +588,121 @@ func newPGSchema(ctx context.Context, url, publication, slot string) (*pgSchema,
 	if err != nil {
 		return nil, fmt.Errorf("catalog pool: %w", err)
 	}
-	return &pgSchema{pool: pool, publication: publication, slot: slot, cache: map[string]cachedTable{}}, nil
+	return &pgSchema{pool: pool, publication: publication, slot: slot, ttl: schemaTTL, cache: map[string]cachedTable{}, members: map[string]membership{}}, nil
+}
+
+// membersSQL lists the tables in the publication $1 as "schema.table", with their membership
+// (see membership).
+const membersSQL = `SELECT t.schemaname::text || '.' || t.tablename::text, c.oid::int8, coalesce(pr.oid::int8, 0)
+  FROM pg_catalog.pg_publication_tables t
+  JOIN pg_catalog.pg_publication p ON p.pubname = t.pubname
+  JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname
+  JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
+  LEFT JOIN pg_catalog.pg_publication_rel pr ON pr.prpubid = p.oid AND pr.prrelid = c.oid
+ WHERE t.pubname = $1`
+
+// memberSQL is one table's membership: its relation, and its row in publication $1's
+// pg_publication_rel (0 when it has none). $2 is the table, quoted. No row: no such table.
+const memberSQL = `SELECT c.oid::int8, coalesce((SELECT pr.oid::int8 FROM pg_catalog.pg_publication_rel pr
+    JOIN pg_catalog.pg_publication p ON p.oid = pr.prpubid WHERE p.pubname = $1 AND pr.prrelid = c.oid), 0)
+  FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($2)`
+
+// nextXIDSQL assigns a transaction id, in a transaction of its own, after the read that saw a
+// table in the publication: larger than every id assigned before, so than every transaction's
+// running when the table joined. pg_snapshot_xmax(pg_current_snapshot()) would not do: it is
+// one past the latest transaction that ended, and a transaction still running may have a
+// larger id. On a standby, which assigns none (and whose snapshots the reader refuses anyway,
+// snapshot_on_standby), it is the snapshot's xmax.
+const nextXIDSQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_snapshot_xmax(pg_current_snapshot()) ELSE pg_current_xact_id() END)::text`
+
+// Started records the tables in the publication as the stream starts: they are ready for
+// snapshots; a table seen there for the first time later joins it (see pgSchema). Only the
+// first call counts. When the tables cannot be read, none is taken as ready: each joins when
+// first seen, which errs towards table_not_ready; the error is returned for the log.
+func (p *pgSchema) Started(ctx context.Context) error {
+	p.mu.Lock()
+	done := p.started
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	members := map[string]membership{}
+	rows, err := p.pool.Query(ctx, membersSQL, p.publication)
+	if err == nil {
+		for rows.Next() {
+			var name string
+			var m membership
+			if err = rows.Scan(&name, &m.rel, &m.row); err != nil {
+				break
+			}
+			members[name] = m
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		clear(members)
+		err = fmt.Errorf("read the tables of publication %s: %w", p.publication, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started {
+		return nil
+	}
+	p.started, p.members = true, members
+	p.gen++
+	clear(p.cache)
+	return err
+}
+
+// joined returns TableInfo.Joined for table, which a read has just seen in the publication
+// (see pgSchema): 0 before the stream started and for a table in the publication then, the
+// recorded id for a table that joined since and is still the member it was, else a new one.
+func (p *pgSchema) joined(ctx context.Context, conn *pgxpool.Conn, table string) (change.XID8, error) {
+	p.mu.Lock()
+	started := p.started
+	p.mu.Unlock()
+	if !started {
+		return 0, nil
+	}
+	schema, name, _ := strings.Cut(table, ".")
+	var m membership
+	err := conn.QueryRow(ctx, memberSQL, p.publication, pgx.Identifier{schema, name}.Sanitize()).Scan(&m.rel, &m.row)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("read how %s is in the publication: %w", table, err)
+	}
+	p.mu.Lock()
+	had, ok := p.members[table]
+	p.mu.Unlock()
+	if ok && had.rel == m.rel && had.row == m.row {
+		return had.joined, nil
+	}
+	var text string
+	if err := conn.QueryRow(ctx, nextXIDSQL).Scan(&text); err != nil {
+		return 0, fmt.Errorf("assign a transaction id as %s joins the publication: %w", table, err)
+	}
+	x, err := strconv.ParseUint(text, 10, 64)
+	if err != nil || x == 0 {
+		return 0, fmt.Errorf("assign a transaction id as %s joins the publication: %q is not one", table, text)
+	}
+	m.joined = change.XID8(x)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if had, ok := p.members[table]; ok && had.rel == m.rel && had.row == m.row {
+		return had.joined, nil // another read recorded it first: its id is as good, and earlier
+	}
+	p.members[table] = m
+	return m.joined, nil
+}
+
+// left forgets table's membership: a read saw it out of the publication (or gone), so if it is
+// seen there again it joins anew.
+func (p *pgSchema) left(table string) {
+	p.mu.Lock()
+	delete(p.members, table)
+	p.mu.Unlock()
 }
 
 func (p *pgSchema) Close() { p.pool.Close() }
@@ -587,8 +740,9 @@ func (p *pgSchema) Confirmed(ctx context.Context) (change.LSN, error) {
 func (p *pgSchema) Table(ctx context.Context, table string) (router.TableInfo, error) {
 	p.mu.Lock()
 	c, ok := p.cache[table]
+	gen := p.gen
 	p.mu.Unlock()
-	if ok && time.Since(c.at) < schemaTTL {
+	if ok && time.Since(c.at) < p.ttl {
 		return c.info, nil
 	}
 	info, err := p.read(ctx, table)
@@ -600,7 +754,9 @@ func (p *pgSchema) Table(ctx context.Context, table string) (router.TableInfo, e
 		// Any client can name any table, existing or not: the cache must not grow with them.
 		clear(p.cache)
 	}
-	p.cache[table] = cachedTable{info: info, at: time.Now()}
+	if p.gen == gen {
+		p.cache[table] = cachedTable{info: info, at: time.Now()}
+	}
 	p.mu.Unlock()
 	return info, nil
 }
@@ -619,11 +775,15 @@ func (p *pgSchema) read(ctx context.Context, table string) (router.TableInfo, er
 		return router.TableInfo{}, unavailable(err)
 	}
 	if len(shape.Columns) == 0 {
+		p.left(table)
 		return router.TableInfo{}, nil
 	}
 	info := router.TableInfo{Key: shape.Key, Identity: identityOf(shape.Identity)}
 	for _, c := range shape.Columns {
 		info.Columns = append(info.Columns, filter.Column{Name: c.Name, OID: c.OID})
+	}
+	if info.Joined, err = p.joined(ctx, conn, table); err != nil {
+		return router.TableInfo{}, unavailable(err)
 	}
 	return info, nil
 }

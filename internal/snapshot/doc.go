@@ -12,7 +12,8 @@
 //	    from Postgres 17) to what is left of Config.Timeout; SET LOCAL the settings the
 //	    changefeed pins (TimeZone UTC, DateStyle ISO, IntervalStyle postgres, bytea_output hex,
 //	    extra_float_digits 3); LOCK TABLE ... IN ACCESS SHARE MODE        -- one round trip
-//	handoff.FirstStatement                 -- takes the snapshot; First.Check; Sink.Snapshot
+//	handoff.FirstStatement, and the sync-standby guard's count   -- takes the snapshot;
+//	    First.Check; the guards (below); Sink.Snapshot
 //	the table's columns, from the snapshot's catalog, checked against Request.Columns
 //	DECLARE herald_snapshot NO SCROLL CURSOR FOR
 //	    SELECT t."c1", ... FROM "schema"."table" AS t WHERE <Filter.SQL> ORDER BY t."k1", ...
@@ -34,6 +35,38 @@
 // the rows unseen by the catalog read, and one that rewrites the table would show the
 // snapshot an empty table. The cost: a pending ALTER TABLE waits for the read, and every
 // writer of the table then waits behind it; Config.Timeout bounds that.
+//
+// # Guards
+//
+// A snapshot the stream could not be joined to without a gap is refused, after First.Check and
+// before Sink.Snapshot, with a reason the client retries on.
+//
+// table_not_ready. A transaction that began before its table joined the publication (ALTER
+// PUBLICATION ... ADD TABLE) may have changed it in ways the stream never carries: the decoder
+// judges each change by the publication as it stood for that transaction, and a change made
+// before the join is not published. Request.Joined, when set, is a transaction id assigned
+// once the table was seen in the publication, so every transaction running when it joined has
+// a smaller one; a snapshot whose Xmin is below it is refused, since one of those may still
+// run. Once Xmin has reached it, every transaction with a smaller id ended before the
+// snapshot, which sees it whole (the hand-off skips whatever the stream carried of it), and
+// every transaction the snapshot does not see got its id after the join, and with it every
+// change it made, all of which the stream carries. The check costs nothing: the snapshot's
+// Xmin is read anyway. Nor must the router first have routed the join's commit: the join
+// committed before Joined was assigned, so before the snapshot and its Bound, and the
+// hand-off goes live only once the stream has passed Bound.
+//
+// sync_standby_stalled. A commit that waits for a synchronous standby has written its record,
+// and the stream hands it on, but no snapshot sees it until the standby answers. The router
+// offers a new hand-off the transactions it routed during its look-back (handoff.lookback), so
+// such a commit reaches the subscriber after the rows, unless the router routed it before the
+// look-back began: unless it has waited longer than that. While synchronous_standby_names
+// names a standby, the first statement also counts the transactions waiting for one (wait
+// event SyncRep) that began more than Config.Lookback ago, and any fails the read. It errs
+// towards refusing: a transaction's start stands for its wait's, which is later. It is read in
+// the statement that takes the snapshot, so a commit that stops waiting between the two goes
+// unseen only within that statement's execution. It sees what the role may: without
+// pg_read_all_stats's privileges, pg_stat_activity shows only the role's own backends' waits
+// (GuardAccess says so; herald serve logs it when its stream starts and herald doctor warns).
 //
 // # Values
 //
@@ -73,7 +106,7 @@
 //
 // Read returns a *handoff.Error for each failure the hand-off names: snapshot_busy,
 // snapshot_timeout, snapshot_too_large, snapshot_on_standby and snapshot_isolation (from
-// First.Check), snapshot_mismatch, schema_changed (the columns check, or a table or column
+// First.Check), table_not_ready and sync_standby_stalled (the guards), snapshot_mismatch, schema_changed (the columns check, or a table or column
 // gone: SQLSTATE 42P01, 42703, 3F000), policy_error (Keep's error); the Sink's own error as it
 // returned it; the caller's context's error; and any other error wrapped with the table's
 // name. Stats counts each read by Outcome, the same values as metric labels.
@@ -114,4 +147,5 @@
 //	MaxBytes       64 MiB     their bytes as JSON, then snapshot_too_large
 //	PageRows       500        rows a page, and a FETCH
 //	PageBytes      256 KiB    bytes a page
+//	Lookback       10s        a commit waiting for a synchronous standby longer: stalled
 package snapshot

@@ -44,6 +44,12 @@ type Config struct {
 	// PageBytes is the most row bytes (as JSON objects) in a page (default 256 KiB); a page
 	// ends at whichever bound it reaches first, and holds at least one row.
 	PageBytes int
+	// Lookback is the router's look-back (handoff.lookback; default handoff.DefaultLookback):
+	// while a synchronous standby is named, a read that finds a transaction waiting for one
+	// that began longer ago than this fails with handoff.ReasonSyncStandbyStalled (see the
+	// package doc, "Guards"). It must be the router's: the guard tells when the look-back may
+	// have fallen short.
+	Lookback time.Duration
 }
 
 // The defaults.
@@ -65,7 +71,7 @@ func (c Config) Validate() error {
 	}{
 		{"max_concurrent", int64(c.MaxConcurrent)}, {"queue_wait", int64(c.QueueWait)},
 		{"timeout", int64(c.Timeout)}, {"max_rows", int64(c.MaxRows)}, {"max_bytes", c.MaxBytes},
-		{"page_rows", int64(c.PageRows)}, {"page_bytes", int64(c.PageBytes)},
+		{"page_rows", int64(c.PageRows)}, {"page_bytes", int64(c.PageBytes)}, {"lookback", int64(c.Lookback)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("snapshot: %s is negative; leave it 0 for the default or give a positive bound", f.name)
@@ -94,6 +100,7 @@ func (c Config) withDefaults() Config {
 	}
 	def(&c.PageRows, DefaultPageRows)
 	def(&c.PageBytes, DefaultPageBytes)
+	defDur(&c.Lookback, handoff.DefaultLookback)
 	return c
 }
 
@@ -125,6 +132,11 @@ type Request struct {
 	// it, and an error, which fails the read with handoff.ReasonPolicyError. nil keeps every
 	// row as read.
 	Keep func(row change.Row) (change.Row, bool, error)
+	// Joined, when set, is a transaction id assigned once the table was seen to have joined
+	// the publication (router.TableInfo.Joined): a snapshot taken while a transaction before it
+	// still runs fails with handoff.ReasonTableNotReady (see the package doc, "Guards"). 0: the
+	// table was in the publication when the stream started.
+	Joined change.XID8
 }
 
 // check reports a request no table could satisfy: the caller's mistake, not the database's.
@@ -218,6 +230,7 @@ type Reader struct {
 	pool  *pgxpool.Pool
 	cfg   Config        // with defaults; read-only
 	slots chan struct{} // a read holds one of its MaxConcurrent places while it reads
+	first string        // the read's first statement: firstSQL(cfg.Lookback)
 
 	mu    sync.Mutex
 	stats Stats // guarded by mu; Done is copied out
@@ -232,6 +245,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Reader {
 		pool:  pool,
 		cfg:   cfg,
 		slots: make(chan struct{}, cfg.MaxConcurrent),
+		first: firstSQL(cfg.Lookback),
 		stats: Stats{Done: make(map[Outcome]uint64)},
 	}
 }
@@ -259,9 +273,10 @@ func (e sinkError) Error() string { return e.err.Error() }
 func (e sinkError) Unwrap() error { return e.err }
 
 // Read runs one snapshot: BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; handoff.FirstStatement
-// (checked with First.Check, then given to Sink.Snapshot); the rows, in pages; COMMIT. It
-// returns what was sent. Errors are *handoff.Error with their Reason (busy, timeout, too_large,
-// on_standby, isolation, mismatch, schema_changed, policy_error), the Sink's own error as it
+// with the guard's count (checked with First.Check and the guards, then given to
+// Sink.Snapshot); the rows, in pages; COMMIT. It returns what was sent. Errors are
+// *handoff.Error with their Reason (busy, timeout, too_large, on_standby, isolation,
+// table_not_ready, sync_standby_stalled, mismatch, schema_changed, policy_error), the Sink's own error as it
 // returned it, ctx's error, or another error when the request is malformed or Postgres failed
 // for none of those reasons (unreachable, a privilege missing).
 func (r *Reader) Read(ctx context.Context, req Request, sink Sink) (Progress, error) {
@@ -431,12 +446,16 @@ func (rd *read) run(parent context.Context) (last []change.Row, err error) {
 		return nil, fmt.Errorf("set up the transaction: %w", err)
 	}
 	var first handoff.First
-	if err := tx.QueryRow(ctx, handoff.FirstStatement, pgx.QueryExecModeSimpleProtocol).
-		Scan(&first.Snapshot, &first.InsertLSN, &first.Isolation, &first.InRecovery); err != nil {
+	var stalled int64
+	if err := tx.QueryRow(ctx, rd.r.first, pgx.QueryExecModeSimpleProtocol).
+		Scan(&first.Snapshot, &first.InsertLSN, &first.Isolation, &first.InRecovery, &stalled); err != nil {
 		return nil, fmt.Errorf("take the snapshot: %w", err)
 	}
 	snap, err := first.Check()
 	if err != nil {
+		return nil, err
+	}
+	if err := rd.guard(&snap, stalled); err != nil {
 		return nil, err
 	}
 	if err := rd.sink.Snapshot(snap); err != nil {

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/heraldrt/herald/internal/handoff"
 )
 
 // The SQL of a read, built here and nowhere else so that a table test can pin its text. Every
@@ -73,6 +76,39 @@ func setupSQL(schema, name string, timeoutMS int64, major int) string {
 	b.WriteString("; LOCK TABLE " + quoteIdent(schema) + "." + quoteIdent(name) + " IN ACCESS SHARE MODE")
 	return b.String()
 }
+
+// firstSQL is handoff.FirstStatement with one more column: the sync-standby guard's count
+// (stalledColumn). In the same statement, the count is read right after the snapshot is taken,
+// with no round trip between in which a stalled transaction could stop waiting unseen, and at
+// no cost of its own.
+func firstSQL(lookback time.Duration) string {
+	return handoff.FirstStatement + ", " + stalledColumn(lookback)
+}
+
+// stalledColumn counts the transactions waiting for a synchronous standby (wait event SyncRep:
+// committed, streamed, and not yet visible) whose transaction began more than lookback ago, as
+// far as the role may see them (pg_stat_activity shows another role's wait only to a role with
+// pg_read_all_stats's privileges). With no synchronous standby named it is 0, and
+// pg_stat_activity is not read: a CASE evaluates a subquery only on the branch taken.
+//
+// The transaction's start, not the wait's, is what pg_stat_activity shows: a transaction that
+// began long ago and has only just started waiting counts too, which errs on the side of
+// refusing (the client retries), never of missing one. now() is the read transaction's start,
+// on the server's clock, as xact_start is. The look-back is spelt into the text in whole
+// milliseconds, at least 1: it is a number of the server's own configuration, never a client's.
+func stalledColumn(lookback time.Duration) string {
+	ms := max(lookback.Milliseconds(), 1)
+	return `CASE WHEN current_setting('synchronous_standby_names') = '' THEN 0 ELSE ` +
+		`(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'SyncRep' ` +
+		`AND xact_start < now() - interval '` + strconv.FormatInt(ms, 10) + ` milliseconds') END`
+}
+
+// accessSQL reads what the sync-standby guard can see (GuardAccess): the synchronous standbys
+// named, the role, and whether it has pg_read_all_stats's privileges, without which
+// pg_stat_activity hides every other role's wait event. USAGE asks for the privileges, not
+// bare membership (a member through a NOINHERIT grant has not got them); a superuser has them.
+const accessSQL = `SELECT current_setting('synchronous_standby_names'), current_user::text, ` +
+	`pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')`
 
 // schemaSQL reads the table's columns as the snapshot's catalog holds them: each live column
 // in attnum order, with its type and, for a domain, every type under it down to the built-in

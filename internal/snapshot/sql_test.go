@@ -118,6 +118,36 @@ func TestSetupSQL(t *testing.T) {
 	}
 }
 
+// TestFirstSQL pins the first statement: handoff's, then the sync-standby guard's count, the
+// look-back in whole milliseconds and never less than one.
+func TestFirstSQL(t *testing.T) {
+	guard := func(ms string) string {
+		return handoff.FirstStatement + `, CASE WHEN current_setting('synchronous_standby_names') = '' THEN 0 ELSE ` +
+			`(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'SyncRep' ` +
+			`AND xact_start < now() - interval '` + ms + ` milliseconds') END`
+	}
+	tests := []struct {
+		name     string
+		lookback time.Duration
+		want     string
+	}{
+		{"the default", handoff.DefaultLookback, guard("10000")},
+		{"fractions of a millisecond dropped", 1500*time.Millisecond + 700*time.Microsecond, guard("1500")},
+		{"at least a millisecond", 300 * time.Microsecond, guard("1")},
+		{"minutes", 2 * time.Minute, guard("120000")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := firstSQL(tc.lookback); got != tc.want {
+				t.Errorf("firstSQL(%s) =\n%s\nwant\n%s", tc.lookback, got, tc.want)
+			}
+		})
+	}
+	if got := New(nil, Config{}).first; got != firstSQL(handoff.DefaultLookback) {
+		t.Errorf("a Reader's first statement with the default look-back is\n%s", got)
+	}
+}
+
 func TestFetchAndFenceSQL(t *testing.T) {
 	if got := fetchSQL(500); got != "FETCH FORWARD 500 FROM herald_snapshot" {
 		t.Errorf("fetchSQL = %s", got)
@@ -133,7 +163,7 @@ func TestFetchAndFenceSQL(t *testing.T) {
 func TestConfig(t *testing.T) {
 	got := Config{}.withDefaults()
 	want := Config{MaxConcurrent: 4, QueueWait: 5 * time.Second, Timeout: 60 * time.Second, MaxRows: 100_000,
-		MaxBytes: 64 << 20, PageRows: 500, PageBytes: 256 << 10}
+		MaxBytes: 64 << 20, PageRows: 500, PageBytes: 256 << 10, Lookback: 10 * time.Second}
 	if got != want {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}
@@ -142,6 +172,9 @@ func TestConfig(t *testing.T) {
 	}
 	if err := (Config{PageRows: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "page_rows") {
 		t.Errorf("a negative page_rows: %v", err)
+	}
+	if err := (Config{Lookback: -time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "lookback") {
+		t.Errorf("a negative lookback: %v", err)
 	}
 	if got := (Config{MaxRows: -5}).withDefaults().MaxRows; got != DefaultMaxRows {
 		t.Errorf("a negative MaxRows reads as %d, want the default", got)
@@ -238,6 +271,7 @@ func TestDocDefaults(t *testing.T) {
 		fmt.Sprintf("MaxBytes       %d MiB ", DefaultMaxBytes>>20),
 		fmt.Sprintf("PageRows       %d ", DefaultPageRows),
 		fmt.Sprintf("PageBytes      %d KiB ", DefaultPageBytes>>10),
+		fmt.Sprintf("Lookback       %s ", handoff.DefaultLookback),
 	} {
 		if !strings.Contains(string(doc), "//\t"+line) {
 			t.Errorf("doc.go does not list the default %q", strings.TrimSpace(line))

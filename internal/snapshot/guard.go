@@ -1,0 +1,73 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/heraldrt/herald/internal/handoff"
+)
+
+// guard refuses a snapshot the stream may not join without a gap, once First.Check has
+// accepted it: one taken while a transaction that began before the table joined the
+// publication still runs (Request.Joined), or while stalled transactions have waited for a
+// synchronous standby since before the look-back (firstSQL counted them in the first
+// statement).
+func (rd *read) guard(snap *handoff.Snapshot, stalled int64) error {
+	if joined := rd.req.Joined; joined != 0 && snap.Xmin < joined {
+		return rd.fail(handoff.ReasonTableNotReady, fmt.Sprintf(
+			"the table joined the publication before transaction %d began, and transaction %d, which began before that, still runs: it may have written to the table unseen by the stream",
+			joined, snap.Xmin), nil)
+	}
+	if stalled > 0 {
+		return rd.fail(handoff.ReasonSyncStandbyStalled, fmt.Sprintf(
+			"%d %s waiting for a synchronous standby began more than %s (handoff.lookback) before the snapshot: streamed before the look-back, and not yet visible, it would be in neither the rows nor the stream",
+			stalled, plural(stalled, "transaction", "transactions"), rd.r.cfg.Lookback), nil)
+	}
+	return nil
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// GuardAccess is what the sync-standby guard can see, as the role of a Reader's pool reads
+// pg_stat_activity.
+type GuardAccess struct {
+	// Standbys is synchronous_standby_names: empty, no commit waits for a standby and the
+	// guard has nothing to count.
+	Standbys string
+	// Role is the pool's role.
+	Role string
+	// SeesAll says the role has pg_read_all_stats's privileges, or is a superuser:
+	// pg_stat_activity shows it every backend's wait. Without, it shows the role's own
+	// backends' alone.
+	SeesAll bool
+}
+
+// Limited says what keeps the guard from seeing every stalled transaction, and the fix; ok
+// false when nothing does: no synchronous standby is named, or the role sees every backend.
+func (a GuardAccess) Limited() (detail, fix string, limited bool) {
+	if a.Standbys == "" || a.SeesAll {
+		return "", "", false
+	}
+	return fmt.Sprintf("synchronous_standby_names is %s, but role %s cannot read other roles' activity (pg_read_all_stats): "+
+			"a snapshot's guard sees only this role's transactions waiting for a synchronous standby, so while the standby is away "+
+			"a snapshot subscription may miss a transaction another role committed before its look-back (handoff.lookback)",
+			strconv.Quote(a.Standbys), strconv.Quote(a.Role)),
+		"GRANT pg_read_all_stats TO " + quoteIdent(a.Role) + ";", true
+}
+
+// GuardAccess reads what the sync-standby guard can see, on a connection of the pool, outside
+// any read; it takes no read slot. The guard itself reads synchronous_standby_names at each
+// read: this is for telling a person, at start and in herald doctor.
+func (r *Reader) GuardAccess(ctx context.Context) (GuardAccess, error) {
+	var a GuardAccess
+	if err := r.pool.QueryRow(ctx, accessSQL).Scan(&a.Standbys, &a.Role, &a.SeesAll); err != nil {
+		return GuardAccess{}, fmt.Errorf("snapshot: read what the sync-standby guard can see: %w", err)
+	}
+	return a, nil
+}
