@@ -42,6 +42,7 @@ type subArgs struct {
 	columns          string
 	channel, event   string
 	from, sub        string
+	snapshot         bool
 	count            int
 	subscription     client.Subscription
 	handshakeTimeout time.Duration
@@ -68,6 +69,7 @@ func parseSubArgs(args []string, stderr io.Writer) (*subArgs, error) {
 	fs.StringVar(&a.event, "event", "", "channel only: only this event name")
 	fs.StringVar(&a.from, "from", "", "resume after this position: 16/B374D848.3 or k7Hq2x:42")
 	fs.StringVar(&a.sub, "sub", "sub", "the subscription's id, as frames carry it")
+	fs.BoolVar(&a.snapshot, "snapshot", false, "table only: print the rows that match now first (rows frames, then live), then the changes after them")
 	fs.IntVar(&a.count, "count", 0, "exit after printing this many frames; 0: run until Ctrl-C")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -75,8 +77,12 @@ func parseSubArgs(args []string, stderr io.Writer) (*subArgs, error) {
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q; see herald sub -h", fs.Arg(0))}
 	}
-	s := client.Subscription{Sub: a.sub, Table: a.table, Channel: a.channel, Event: a.event}
+	s := client.Subscription{Sub: a.sub, Table: a.table, Channel: a.channel, Event: a.event, Snapshot: a.snapshot}
 	switch {
+	case a.snapshot && a.table == "":
+		return nil, usageError{"--snapshot goes with --table: a channel has no rows to read"}
+	case a.snapshot && a.from != "":
+		return nil, usageError{"--snapshot reads the rows as they are now, --from resumes after a position you hold: give one of them"}
 	case (a.table == "") == (a.channel == ""):
 		return nil, usageError{"give one of --table and --channel"}
 	case a.table != "" && a.event != "":
@@ -158,11 +164,15 @@ func runSub(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if s.Table != "" {
 		what = "table " + s.Table
 	}
-	if pos.IsZero() {
+	switch {
+	case s.Snapshot:
+		fmt.Fprintf(stderr, "herald sub: subscribed %q to %s with a snapshot (session %s); its live frame names the position to resume from with --from\n",
+			s.Sub, what, c.Welcome().Session)
+	case pos.IsZero():
 		// A pattern spans channels whose positions are unrelated: there is nothing to resume from.
 		fmt.Fprintf(stderr, "herald sub: subscribed %q to %s (session %s); a pattern has no position, so it cannot be resumed with --from\n",
 			s.Sub, what, c.Welcome().Session)
-	} else {
+	default:
 		fmt.Fprintf(stderr, "herald sub: subscribed %q to %s at %s (session %s); resume with --from %s\n",
 			s.Sub, what, pos, c.Welcome().Session, pos)
 	}

@@ -211,6 +211,8 @@ func TestSubExitCodes(t *testing.T) {
 		{"event with a table", []string{"sub", "--table", "public.items", "--event", "e"}, 2, "--event goes with --channel"},
 		{"from of the wrong kind", []string{"sub", "--channel", "a", "--from", "16/B374D848"}, 2, "table position"},
 		{"bad from", []string{"sub", "--channel", "a", "--from", "nope"}, 2, "--from"},
+		{"snapshot of a channel", []string{"sub", "--channel", "a", "--snapshot"}, 2, "--snapshot goes with --table"},
+		{"snapshot with from", []string{"sub", "--table", "public.items", "--snapshot", "--from", "16/B374D848"}, 2, "give one of them"},
 		{"unknown flag", []string{"sub", "--nope"}, 2, "flag provided but not defined"},
 		{"refused subscription", []string{"sub", "--url", addr, "--table", "public.nope"}, 1, "what to do: fix the table name"},
 		{"bad channel", []string{"sub", "--url", addr, "--channel", "a//b"}, 1, "bad_frame (400) field channel"},
@@ -281,6 +283,25 @@ func TestSubPrintsTableChanges(t *testing.T) {
 		if i >= len(lines) || !strings.HasPrefix(lines[i], `{"type":"change","sub":"sub","pos":"`) || !strings.Contains(lines[i], want) {
 			t.Errorf("line %d of %q: want a change with %s", i, lines, want)
 		}
+	}
+
+	// With --snapshot: the rows that match now, then live.
+	s := startSub(t, "--url", addr, "--table", "public.items", "--snapshot", "--filter", `{"eq":["org_id","acme"]}`, "--columns", "id,title", "--count", "2")
+	select {
+	case err := <-s.done:
+		s.done <- err
+		if err != nil {
+			t.Fatalf("herald sub --snapshot: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("herald sub --snapshot did not print the rows and live")
+	}
+	lines = strings.Split(strings.TrimSuffix(s.stdout.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"type":"rows","sub":"sub","rows":[{"id":2,"title":"yes!"}]`) || !strings.HasPrefix(lines[1], `{"type":"live","sub":"sub","pos":"`) {
+		t.Errorf("herald sub --snapshot printed %q, want the one matching row, then live", lines)
+	}
+	if !strings.Contains(s.stderr.String(), "with a snapshot") {
+		t.Errorf("stderr %q does not say the subscription reads a snapshot", s.stderr.String())
 	}
 }
 
