@@ -54,7 +54,8 @@ type Snapshot struct {
 	// fails with policy_error rather than hide the row.
 	Keep func(row change.Row) (change.Row, bool, error)
 	// Joined is the table's TableInfo.Joined: the reader refuses a snapshot whose Xmin is
-	// below it (table_not_ready). 0: the table was in the publication when the stream started.
+	// below it (table_not_ready). 0: the table was in the publication when the stream started,
+	// and no transaction held a write lock on it then.
 	Joined change.XID8
 	// For a subscription asked with Request.Hold, whose look-back its caller reads from the
 	// history nodes share: Since is the position the look-back starts after (the commit LSN

@@ -59,8 +59,9 @@ type TableInfo struct {
 	// a transaction id assigned once it was seen there, so every transaction running when it
 	// joined has a smaller one, and may have written to it unseen by the stream. A snapshot of
 	// the table is refused (table_not_ready) until each of those has ended: until the
-	// snapshot's Xmin reaches Joined (Snapshot.Joined). 0 for a table in the publication when
-	// the stream started.
+	// snapshot's Xmin reaches Joined (Snapshot.Joined). For a table in the publication when the
+	// stream started, one past the largest id of the transactions holding a write lock on it
+	// then (any of them may have written to it before it joined), or 0 when none did.
 	Joined change.XID8
 }
 

@@ -84,6 +84,58 @@ func TestSnapshotTableNotReady(t *testing.T) {
 	}
 }
 
+// TestSnapshotWriterAcrossStart: a table joined the publication while the node was stopped,
+// and a writer that wrote to it before the ALTER still runs as the node starts again: until
+// it ends, a snapshot subscription to the table ends with table_not_ready (that row is in
+// neither the snapshot nor the stream); once it has, the row is in the snapshot.
+func TestSnapshotWriterAcrossStart(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL, `CREATE TABLE later (id int PRIMARY KEY, v text)`,
+		`INSERT INTO later VALUES (0, 'before')`, `CREATE PUBLICATION guards FOR TABLE items`)
+	cfg := baseConfig()
+	cfg.Policy = policy.Open("public.items")
+	cfg.Changefeed = feedConfig(t, url)
+	cfg.Changefeed.Tables, cfg.Changefeed.Publication = nil, "guards"
+	r := start(t, cfg)
+	waitReady(t, r) // the slot exists
+	r.halt(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	writer, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close(context.Background())
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `INSERT INTO later VALUES (1, 'before the ALTER')`); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Exec(t, url, `ALTER PUBLICATION guards ADD TABLE later`)
+
+	cfg.Policy = policy.Open("public.items", "public.later")
+	r = start(t, cfg)
+	waitReady(t, r)
+	c, _ := connect(t, r)
+	c.send(`{"type":"subscribe","id":"n","sub":"n","table":"public.later","snapshot":true}`)
+	c.expect("subscribed")
+	if m := c.expect("unsubscribed"); m["code"] != "table_not_ready" {
+		t.Fatalf("with a writer from before the start running: %v, want table_not_ready", m)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.send(`{"type":"subscribe","id":"ok","sub":"ok","table":"public.later","snapshot":true}`)
+	c.expect("subscribed")
+	if ids, _ := readSnapshot(t, c, "ok"); fmt.Sprint(ids) != "[0 1]" {
+		t.Errorf("rows once the writer ended: %v, want [0 1]", ids)
+	}
+}
+
 // TestSchemaJoined: the catalog gives no Joined before the stream starts or to a table in the
 // publication when it did; a table added later gets one, kept while it stays the member it
 // was, and a new one when it joins anew: seen out and back, or removed and added back unseen.
@@ -112,11 +164,36 @@ func TestSchemaJoined(t *testing.T) {
 	if got := joined("public.a"); got != 0 {
 		t.Errorf("before the stream started: Joined %d", got)
 	}
+	// A transaction writing to a as the stream starts holds it back; one writing elsewhere
+	// does not hold back b.
+	writer, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close(context.Background())
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO a VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	var xid uint64
+	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text::int8`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Started(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := joined("public.a"); got != 0 {
-		t.Errorf("a table in the publication when the stream started: Joined %d", got)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := joined("public.a"); got != change.XID8(xid+1) {
+		t.Errorf("a table written to as the stream started: Joined %d, want one past the writer's %d", got, xid)
+	}
+	testenv.Exec(t, url, `ALTER PUBLICATION pub DROP TABLE a`, `ALTER PUBLICATION pub ADD TABLE a`)
+	if got := joined("public.a"); got <= change.XID8(xid) {
+		t.Errorf("a, removed and added back: Joined %d, want past %d", got, xid)
 	}
 
 	testenv.Exec(t, url, `ALTER PUBLICATION pub ADD TABLE b`)

@@ -531,8 +531,16 @@ const schemaCacheMax = 1024
 // transaction id assigned right after it saw it there (TableInfo.Joined, from
 // pg_current_xact_id() in a transaction of its own): every transaction running when the table
 // joined has a smaller one. A snapshot whose Xmin has not reached it is refused with
-// table_not_ready (internal/snapshot, "Guards"). The tables in the publication when the stream
-// started are taken as ready.
+// table_not_ready (internal/snapshot, "Guards").
+//
+// A table already in the publication when the stream starts may have joined it while no node
+// ran (an operator's ALTER, then a restart; or the publication Herald creates as it starts),
+// with a writer that straddled the join still running. When or whether it joined is not
+// recorded anywhere, but such a writer still holds its write lock on the table. So Started
+// reads which transactions hold one on each member table (pg_locks, which every role may
+// read), and records one past the largest of their ids as the table's Joined: the table is
+// ready once they, and every transaction older, have ended. A table no transaction writes to
+// as the stream starts is ready at once.
 //
 // A table is told apart from the one it was by its relation and, for a table named in the
 // publication, its pg_publication_rel row: dropped and created again, or removed from the
@@ -567,7 +575,8 @@ type cachedTable struct {
 type membership struct {
 	rel int64 // the table's pg_class oid
 	row int64 // its pg_publication_rel row's oid; 0 when it is a member otherwise
-	// joined is TableInfo.Joined: 0 for a table in the publication when the stream started.
+	// joined is TableInfo.Joined: for a table in the publication when the stream started, 0
+	// unless a transaction held a write lock on it then (see pgSchema).
 	joined change.XID8
 }
 
@@ -615,10 +624,49 @@ const memberSQL = `SELECT c.oid::int8, coalesce((SELECT pr.oid::int8 FROM pg_cat
 // snapshot_on_standby), it is the snapshot's xmax.
 const nextXIDSQL = `SELECT (CASE WHEN pg_is_in_recovery() THEN pg_snapshot_xmax(pg_current_snapshot()) ELSE pg_current_xact_id() END)::text`
 
-// Started records the tables in the publication as the stream starts: they are ready for
-// snapshots; a table seen there for the first time later joins it (see pgSchema). Only the
-// first call counts. When the tables cannot be read, none is taken as ready: each joins when
-// first seen, which errs towards table_not_ready; the error is returned for the log.
+// startWritersSQL lists the transactions holding a write lock on a relation of this database
+// (the relation's oid, the transaction's 32-bit id: a transaction with an id holds an exclusive
+// lock on it), with the current snapshot's xmax to widen the ids against. A transaction that
+// holds a lock but has no id has written nothing.
+const startWritersSQL = `SELECT r.relation::int8, x.transactionid::text, pg_snapshot_xmax(pg_current_snapshot())::text
+  FROM pg_catalog.pg_locks r
+  JOIN pg_catalog.pg_locks x ON x.virtualtransaction = r.virtualtransaction
+   AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock' AND x.granted
+ WHERE r.locktype = 'relation' AND r.granted
+   AND r.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+   AND r.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')`
+
+// startWriters returns, by relation oid, one past the largest transaction id holding a write
+// lock on it now (see pgSchema).
+func (p *pgSchema) startWriters(ctx context.Context) (map[int64]change.XID8, error) {
+	rows, err := p.pool.Query(ctx, startWritersSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]change.XID8{}
+	for rows.Next() {
+		var rel int64
+		var xidText, refText string
+		if err := rows.Scan(&rel, &xidText, &refText); err != nil {
+			return nil, err
+		}
+		xid, err1 := strconv.ParseUint(xidText, 10, 32)
+		ref, err2 := strconv.ParseUint(refText, 10, 64)
+		x, ok := change.WidenXID(uint32(xid), change.XID8(ref))
+		if err1 != nil || err2 != nil || !ok {
+			return nil, fmt.Errorf("transaction %q holding a lock on relation %d could not be read against %q", xidText, rel, refText)
+		}
+		out[rel] = max(out[rel], x+1)
+	}
+	return out, rows.Err()
+}
+
+// Started records the tables in the publication as the stream starts: each is ready for
+// snapshots once the transactions writing to it then have ended (see pgSchema); a table seen
+// there for the first time later joins it. Only the first call counts. When the tables cannot
+// be read, none is taken as ready: each joins when first seen, which errs towards
+// table_not_ready; the error is returned for the log.
 func (p *pgSchema) Started(ctx context.Context) error {
 	p.mu.Lock()
 	done := p.started
@@ -642,9 +690,18 @@ func (p *pgSchema) Started(ctx context.Context) error {
 			err = rows.Err()
 		}
 	}
+	if err == nil {
+		var writers map[int64]change.XID8
+		if writers, err = p.startWriters(ctx); err == nil {
+			for name, m := range members {
+				m.joined = writers[m.rel]
+				members[name] = m
+			}
+		}
+	}
 	if err != nil {
 		clear(members)
-		err = fmt.Errorf("read the tables of publication %s: %w", p.publication, err)
+		err = fmt.Errorf("read the tables of publication %s and their writers: %w", p.publication, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

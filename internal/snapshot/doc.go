@@ -47,7 +47,8 @@
 // before the join is not published. Request.Joined, when set, is a transaction id assigned
 // once the table was seen in the publication, so every transaction running when it joined has
 // a smaller one; a snapshot whose Xmin is below it is refused, since one of those may still
-// run. Once Xmin has reached it, every transaction with a smaller id ended before the
+// run. For a table already in the publication when the stream started, whose join nobody saw,
+// it is one past the ids of the transactions holding a write lock on it then. Once Xmin has reached it, every transaction with a smaller id ended before the
 // snapshot, which sees it whole (the hand-off skips whatever the stream carried of it), and
 // every transaction the snapshot does not see got its id after the join, and with it every
 // change it made, all of which the stream carries. The check costs nothing: the snapshot's
