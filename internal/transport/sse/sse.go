@@ -226,7 +226,13 @@ func (h *Handler) Stream(w http.ResponseWriter, r *http.Request) {
 	if last != nil && last.Session != "" {
 		h.resume(r.Context(), c, last, ownerOf(ident), bearer(r), ids.urlSub)
 	}
-	keep := func() { h.kept.keep(s.ID(), ownerOf(ident), c.Definitions()) }
+	keep := func() {
+		// A stream whose only subscription was its URL's wrote ids of the short form, which
+		// name no stream to take up: nothing of it is worth keeping.
+		if defs := c.Definitions(); len(defs) > 1 || len(defs) == 1 && defs[0].Sub != ids.urlSub {
+			h.kept.keep(s.ID(), ownerOf(ident), defs)
+		}
+	}
 	if ht := h.hijack(w, r, ids); ht != nil {
 		lt.Carrier = ht // before the writer starts: nothing has been written yet
 		untrack := h.registry.Track(s)
