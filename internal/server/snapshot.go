@@ -117,8 +117,27 @@ func (s *snapshots) run(ctx context.Context, sub string, snap *router.Snapshot, 
 
 func (s *snapshots) join(parent context.Context, snap *router.Snapshot, pages session.SnapshotPages) error {
 	h := snap.Handoff
-	ctx, cancel := context.WithTimeoutCause(parent, s.timeout, errSnapshotTimeout)
-	defer cancel()
+	timed, cancelTimed := context.WithTimeoutCause(parent, s.timeout, errSnapshotTimeout)
+	defer cancelTimed()
+	// A hand-off that fails while the rows are read (what it holds outgrew its bound, the
+	// stream restarted) ends the read at once: its query, and a page waiting for the client to
+	// make room, which would otherwise wait out the timeout for nothing.
+	ctx, cancel := context.WithCancelCause(timed)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-h.Done():
+			if err := h.Err(); err != nil {
+				cancel(err)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	defer func() {
+		cancel(nil)
+		<-watched
+	}()
 	req := snapshot.Request{Table: snap.Table, Key: snap.Key, Filter: snap.Filter, Keep: snap.Keep, Joined: snap.Joined,
 		Columns: make([]snapshot.Column, len(snap.Columns))}
 	for i, c := range snap.Columns {

@@ -137,6 +137,59 @@ func TestSnapshotMetrics(t *testing.T) {
 	}
 }
 
+// TestSnapshotFailsWhileAPageWaits: a client stops reading in the middle of a snapshot, so a
+// page waits for room on its queue, and meanwhile the changes held for the hand-off outgrow
+// their bound: the subscription ends with handoff_buffer_full at once, not after the read's
+// timeout (minutes here), which the waiting page would otherwise sit out.
+func TestSnapshotFailsWhileAPageWaits(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL,
+		`INSERT INTO items (id, org_id, title) SELECT g, 'acme', repeat('x', 100) FROM generate_series(1, 200000) g`)
+	cfg := baseConfig()
+	cfg.Changefeed = feedConfig(t, url)
+	cfg.Snapshots.MaxRows = 1_000_000
+	cfg.Snapshots.Timeout = 10 * time.Minute
+	cfg.Handoff.PendingBytes, cfg.Handoff.EarlyBytes = 4096, 4096
+	// The client reads nothing for a while on purpose: no ping or slow-client check may end
+	// it meanwhile.
+	cfg.Session.SlowTimeout, cfg.PingInterval = 10*time.Minute, 10*time.Minute
+	r := start(t, cfg)
+	waitReady(t, r)
+	c, _ := connect(t, r)
+	c.send(`{"type":"subscribe","id":"s","sub":"s","table":"public.items","snapshot":true}`)
+	// Unread, about 25 MB of rows fill the connection's queue and its socket buffers, and the
+	// read waits on a page.
+	waitFor := func(what, series string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for scrape(t, r)[series] != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s is not 1 after a minute", what, series)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("the hand-off in progress", "herald_handoffs")
+	testenv.Exec(t, url, `INSERT INTO items (id, org_id, title) SELECT g, 'acme', repeat('y', 100) FROM generate_series(300001, 300100) g`)
+	// Before the client reads anything: the snapshot ends while its page still waits.
+	waitFor("the snapshot ended", `herald_snapshots_failed_total{reason="handoff_buffer_full"}`)
+	for {
+		m, err := c.read(60 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for the subscription to end: %v", err)
+		}
+		if m["type"] == "unsubscribed" {
+			if m["sub"] != "s" || m["code"] != "handoff_buffer_full" {
+				t.Fatalf("got %v, want s ended with handoff_buffer_full", m)
+			}
+			return
+		}
+		if m["type"] == "live" {
+			t.Fatalf("the snapshot went live: %v", m)
+		}
+	}
+}
+
 // TestSnapshotOverSSE: a URL subscription with snapshot=1 gets subscribed with an event id
 // that names it with no position, its rows without ids, and live with its position, from which
 // a reconnect resumes rather than reads the rows again; one before live reads them again.
