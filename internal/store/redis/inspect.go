@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/heraldrt/herald/internal/durable"
 	"github.com/redis/rueidis"
 )
 
@@ -138,5 +139,6 @@ func (c *Client) layoutGroups() []layoutGroup {
 		{"a channel", (&Broker{c: c}).keys(channel)},
 		{"a presence shard", append(pr.channelKeys(channel), pr.leaseKey(channel))},
 		{"the node registry", (&Nodes{c: c}).keys()},
+		{"a durable subscription's holder", (&Durable{c: c}).keys(durable.Key{Subject: "alice", App: "web", Name: "jobs"})},
 	}
 }
