@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/policy"
@@ -37,19 +36,7 @@ func TestSnapshotTableNotReady(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	testenv.Exec(t, url, `ALTER PUBLICATION guards DROP TABLE later`)
-	writer, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close(context.Background())
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `INSERT INTO later VALUES (1, 'before the ALTER')`); err != nil {
-		t.Fatal(err)
-	}
+	tx := testenv.Begin(t, ctx, url, `INSERT INTO later VALUES (1, 'before the ALTER')`)
 	testenv.Exec(t, url, `ALTER PUBLICATION guards ADD TABLE later`)
 	if _, err := tx.Exec(ctx, `INSERT INTO later VALUES (2, 'after the ALTER')`); err != nil {
 		t.Fatal(err)
@@ -102,19 +89,7 @@ func TestSnapshotWriterAcrossStart(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	writer, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close(context.Background())
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `INSERT INTO later VALUES (1, 'before the ALTER')`); err != nil {
-		t.Fatal(err)
-	}
+	tx := testenv.Begin(t, ctx, url, `INSERT INTO later VALUES (1, 'before the ALTER')`)
 	testenv.Exec(t, url, `ALTER PUBLICATION guards ADD TABLE later`)
 
 	cfg.Policy = policy.Open("public.items", "public.later")
@@ -166,18 +141,7 @@ func TestSchemaJoined(t *testing.T) {
 	}
 	// A transaction writing to a as the stream starts holds it back; one writing elsewhere
 	// does not hold back b.
-	writer, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close(context.Background())
-	tx, err := writer.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO a VALUES (1)`); err != nil {
-		t.Fatal(err)
-	}
+	tx := testenv.Begin(t, ctx, url, `INSERT INTO a VALUES (1)`)
 	var xid uint64
 	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text::int8`).Scan(&xid); err != nil {
 		t.Fatal(err)

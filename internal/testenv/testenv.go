@@ -181,6 +181,29 @@ func Exec(t testing.TB, url string, sql ...string) {
 	}
 }
 
+// Begin opens a transaction on the database at url, on a connection of its own, runs sql in
+// it, and returns it open: a writer a test holds across something else. The test commits it,
+// or it is rolled back, and its connection closed, when the test ends.
+func Begin(t testing.TB, ctx context.Context, url string, sql ...string) pgx.Tx {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("testenv: connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatalf("testenv: begin: %v", err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	for _, s := range sql {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatalf("testenv: %s: %v", s, err)
+		}
+	}
+	return tx
+}
+
 // SlotName is a replication slot name unique to the database at url: slots are global to a
 // Postgres cluster, so tests running at once must not share one.
 func SlotName(t testing.TB, url string) string {
