@@ -5,9 +5,13 @@
 //
 // Each connection has one Lanes. Producers (the session, on behalf of the router, the channel
 // hub and its own replies, from many goroutines) call PushData (or PushDataDeferred and Wake),
-// Gap, PushControl and Forget. A producer that must not lose what it sends, and may wait
-// instead (a table snapshot's pages), calls TryPushData, which admits a frame only when it
-// fits and otherwise hands back a channel closed when the writer next takes data frames. Exactly one writer goroutine, owned by the transport, calls
+// Gap, PushControl and Forget; PushControlAt and PushControlEnd are PushControl for a frame
+// about a subscription (its subscribed, at a position; the unsubscribed that ends it), whose
+// Item carries the key, the position and Ends for a transport that marks positions (SSE's
+// event ids). A producer that must not lose what it sends, and may wait instead (a table
+// snapshot's pages), calls TryPushData, which admits a frame only when it fits and otherwise
+// hands back a channel closed when the writer next takes data frames. Exactly one writer
+// goroutine, owned by the transport, calls
 // TryNext and Next and writes what they return to the socket. Anyone may call Close, Stalled,
 // Stats and ControlRoom.
 //
