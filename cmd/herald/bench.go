@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -23,6 +25,7 @@ const benchUsage = `usage: herald bench [--subs 100] [--events 10000] [--rate 0]
          [--nodes N] [--redis-url URL [--redis-idle 2s]] [--publish round-robin|first] [--warm-up]
          [--json]
        herald bench --idle [--subs 1000] [--hold 50s] [--settle 5s] [--transport ws|sse] [--json]
+       herald bench --floor [--subs 1000] [--events 300] [--rate 10] [--group 0] [--json]
 
 Measures a Herald node: opens --subs subscriber connections, produces --events events at --rate
 per second (0: as fast as the node takes them), and reports deliveries per second, the latency
@@ -48,6 +51,13 @@ starts).
 channel nothing is published to, are opened and left to settle, and the node's CPU time over
 --hold (make it a whole number of ping intervals, 50s unless the node sets another), its memory
 per connection and its goroutines per connection are reported.
+
+--floor measures this machine instead of a node: the same shape of load (--subs, --events at
+--rate, each to every subscriber, or with --group G to G subscribers in turn, as a row rule
+spreading changes over tenants does) served by a plain TCP server in a child process that writes
+each 100-byte message to each subscriber with one write(2) and nothing else: no framing, no
+encoding, no protocol. Its latency and CPU per delivery are what any server with one connection
+per subscriber starts from on this machine; read a node's figures against them.
 
 --policy N (table mode, own node) measures the policy gate: the node's config gives the table
 the row rule "row.org_id == auth.org_id", the rows are spread over N organisations in turn, and
@@ -101,6 +111,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		hold        = fs.Duration("hold", 50*time.Second, "with --idle: the measured window")
 		settle      = fs.Duration("settle", 5*time.Second, "with --idle: the wait between the last connection and the window")
 		nodeBinary  = fs.String("node-binary", "", "start the node from this herald binary instead of this one")
+		floor       = fs.Bool("floor", false, "measure this machine's floor: the same load over plain TCP, with no Herald")
+		floorServe  = fs.Bool("floor-serve", false, "the floor's server (started by --floor)")
+		group       = fs.Int("group", 0, "with --floor: each message to this many subscribers in turn; 0: to every one")
 		tenants     = fs.Int("policy", 0, "table mode, policy mode: the node's row rule shows each subscriber its own organisation's rows ("+bench.PolicyRowRule+"), with the subscribers and the rows spread over this many organisations")
 	)
 	fs.IntVar(&cfg.Subs, "subs", 100, "subscribers, one connection each")
@@ -136,6 +149,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.Table != "" && cfg.Channel != "" {
 		return usageError{"give --table or --channel, not both"}
+	}
+	if *floor || *floorServe {
+		fc := bench.FloorConfig{Subs: cfg.Subs, Events: cfg.Events, Rate: cfg.Rate, Group: *group, Duration: cfg.Duration}
+		if err := fc.Validate(); err != nil {
+			return usageError{err.Error()}
+		}
+		if *floorServe {
+			return bench.FloorServe(ctx, fc, stdout)
+		}
+		return runFloor(ctx, fc, *asJSON, stdout, stderr)
 	}
 	if cfg.Table != "" {
 		if _, err := bench.ParseTable(cfg.Table); err != nil {
@@ -278,6 +301,47 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {
 		if *asJSON {
+			b, _ := json.Marshal(rep)
+			fmt.Fprintf(stdout, "%s\n", b)
+		} else {
+			rep.WriteText(stdout)
+		}
+	}
+	return err
+}
+
+// runFloor starts the floor's server as a child process of this binary, runs the floor's client
+// against it and reports.
+func runFloor(ctx context.Context, fc bench.FloorConfig, asJSON bool, stdout, stderr io.Writer) error {
+	if n, err := bench.RaiseFileLimit(uint64(fc.Subs) + 4096); err != nil || n < uint64(fc.Subs)+256 {
+		fmt.Fprintf(stderr, "herald bench: the open file limit (%d) is too low for %d subscribers: raise the hard limit (ulimit -Hn)\n", n, fc.Subs)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary to start the floor server with: %w", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(sctx, exe, "bench", "--floor-serve", "--subs", strconv.Itoa(fc.Subs),
+		"--events", strconv.Itoa(fc.Events), "--rate", strconv.FormatFloat(fc.Rate, 'g', -1, 64), "--group", strconv.Itoa(fc.Group))
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the floor server: %w", err)
+	}
+	defer cmd.Wait()
+	defer cancel()
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("the floor server did not say its address: %w", err)
+	}
+	fc.Addr, fc.ServerPID, fc.Progress = strings.TrimSpace(addr), cmd.Process.Pid, stderr
+	rep, err := bench.Floor(ctx, fc)
+	if rep != nil {
+		if asJSON {
 			b, _ := json.Marshal(rep)
 			fmt.Fprintf(stdout, "%s\n", b)
 		} else {

@@ -65,6 +65,27 @@ func TestBenchIdle(t *testing.T) {
 	}
 }
 
+// TestBenchFloor runs herald bench --floor: the floor's server is a child of this binary, its
+// CPU is measured, and every message reaches its group.
+func TestBenchFloor(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(herald(t), "bench", "--floor", "--subs", "6", "--events", "50", "--group", "4", "--json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("herald bench --floor: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var r bench.FloorReport
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("stdout is not one JSON report: %v\n%s", err, stdout.String())
+	}
+	if r.Mode != "floor" || r.Received != 200 || r.Expected != 200 || r.Stopped != bench.StoppedDone || r.ServerPID <= 0 {
+		t.Errorf("report %+v: want 200 of 200 received, done, from a measured child", r)
+	}
+	if l := r.LatencyMS; !(l.P50 <= l.P99 && l.P99 <= l.Max) {
+		t.Errorf("latency %+v", l)
+	}
+}
+
 func TestBenchUsage(t *testing.T) {
 	tests := []struct {
 		args   []string
@@ -86,6 +107,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "--idle", "--target", "http://127.0.0.1:1,http://127.0.0.1:2", "--pid", "1,2"}, "measures one node"},
 		{[]string{"bench", "--target", "http://127.0.0.1:1", "--pid", "1,x"}, "process ids"},
 		{[]string{"bench", "--publish", "random"}, "round-robin or first"},
+		{[]string{"bench", "--floor", "--group", "-1"}, "--group"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
