@@ -59,3 +59,20 @@ func TestFloorConfigValidate(t *testing.T) {
 		t.Errorf("a valid run refused: %v", err)
 	}
 }
+
+// TestPredatesPolicy: the refusal of a build from before the policy gate, as it prints it, is
+// recognised, and a node's other failures are not.
+func TestPredatesPolicy(t *testing.T) {
+	old := "herald serve: config: policy (/tmp/herald-bench-1/herald.yaml:1): unknown key (fix: remove it, or correct its name. The top-level keys are listen, ...)"
+	if !predatesPolicy(old) {
+		t.Errorf("not recognised: %s", old)
+	}
+	for _, other := range []string{
+		"herald serve: config: listen (/tmp/x.yaml:1): unknown key (fix: ...)",
+		"herald serve: policy: tables.public.t.row: undeclared reference to 'rw' (1:1)",
+	} {
+		if predatesPolicy(other) {
+			t.Errorf("taken for an old build: %s", other)
+		}
+	}
+}

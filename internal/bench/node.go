@@ -149,23 +149,44 @@ func StartNode(ctx context.Context, cfg NodeConfig) (n *Node, err error) {
 	if err := os.WriteFile(conf, nodePolicy(cfg), 0o600); err != nil {
 		return n, fmt.Errorf("write the node's config: %w", err)
 	}
-	n.cmd = exec.Command(cfg.Binary, "serve", "--config", conf)
-	n.cmd.Env = append(parentEnv(), env...)
-	n.cmd.Stdout = n.stderr
-	n.cmd.Stderr = n.stderr
-	if err := n.cmd.Start(); err != nil {
-		close(n.exited)
-		return n, fmt.Errorf("start %s serve: %w", cfg.Binary, err)
+	err = n.launch(ctx, cfg.Binary, env, conf)
+	if err != nil && predatesPolicy(n.stderr.String()) {
+		// A build from before the policy gate (an earlier build compared with this one) knows
+		// no policy key, and is open to everyone without it.
+		n.exited, n.stderr = make(chan struct{}), &tailBuffer{max: 8 << 10, w: cfg.Log}
+		err = n.launch(ctx, cfg.Binary, env, "")
 	}
-	n.PID = n.cmd.Process.Pid
+	return n, err
+}
+
+// launch starts herald serve, with the config file conf unless it is empty, and waits until
+// it is ready.
+func (n *Node) launch(ctx context.Context, binary string, env []string, conf string) error {
+	args := []string{"serve"}
+	if conf != "" {
+		args = append(args, "--config", conf)
+	}
+	cmd, exited := exec.Command(binary, args...), n.exited
+	cmd.Env = append(parentEnv(), env...)
+	cmd.Stdout = n.stderr
+	cmd.Stderr = n.stderr
+	n.cmd = cmd
+	if err := cmd.Start(); err != nil {
+		close(exited)
+		return fmt.Errorf("start %s serve: %w", binary, err)
+	}
+	n.PID = cmd.Process.Pid
 	go func() {
-		_ = n.cmd.Wait()
-		close(n.exited)
+		_ = cmd.Wait()
+		close(exited)
 	}()
-	if err := n.waitReady(ctx, 60*time.Second); err != nil {
-		return n, err
-	}
-	return n, nil
+	return n.waitReady(ctx, 60*time.Second)
+}
+
+// predatesPolicy reports whether a node's output says it refused its config's policy key as
+// unknown: a build from before the policy gate.
+func predatesPolicy(out string) bool {
+	return strings.Contains(out, "config: policy (") && strings.Contains(out, "unknown key")
 }
 
 // StartNodes starts count nodes sharing cfg.RedisURL, one after the other, each returning
