@@ -12,7 +12,7 @@ type ring[T any] struct {
 
 // minRing is the first allocation. Most connections never queue more than a few frames, so the
 // ring should start small and pay for growth only on a connection that actually falls behind.
-const minRing = 16
+const minRing = 4
 
 func (r *ring[T]) len() int { return r.n }
 
