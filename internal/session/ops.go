@@ -129,7 +129,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		cancel()
 		head, unsubscribe, ack = ds.Head, ds.Unsubscribe, ds.Ack
 		if p := s.deps.Policy; p != nil {
-			recheck = func(id auth.Identity) error { return p.Channel("subscribe", r.Channel, r.Event, id) }
+			recheck = channelRecheck(p, r.Channel, r.Event)
 		}
 	} else if r.Table != "" {
 		// The request's context, cut short by the session's close: what is asked on the
@@ -153,7 +153,7 @@ func (s *Session) Subscribe(ctx context.Context, r SubscribeRequest) error {
 		cs, err = s.deps.Channels.Subscribe(s, r.Sub, r.Channel, r.Event, r.From)
 		head, unsubscribe, replay = cs.Head, cs.Unsubscribe, cs.Replay
 		if p := s.deps.Policy; p != nil {
-			recheck = func(id auth.Identity) error { return p.Channel("subscribe", r.Channel, r.Event, id) }
+			recheck = channelRecheck(p, r.Channel, r.Event)
 		}
 	}
 	if err == nil {
@@ -649,4 +649,11 @@ func (s *Session) Limits() Limits {
 		PingInterval:     s.cfg.PingInterval,
 		MaxUnreadReplies: s.cfg.Lanes.MaxControlFrames - s.replyFrames(),
 	}
+}
+
+// channelRecheck judges a channel subscription again for a refreshed token's claims. Made by a
+// function of its own, so that the closure holds the two strings it needs rather than the whole
+// request, which it would otherwise move to the heap for the life of the subscription.
+func channelRecheck(p Policy, channel, event string) func(auth.Identity) error {
+	return func(id auth.Identity) error { return p.Channel("subscribe", channel, event, id) }
 }
