@@ -216,6 +216,16 @@ type gatedConn struct {
 	once sync.Once
 }
 
+// SyscallConn is the accepted connection's, for a transport that writes to the descriptor
+// directly (the WebSocket transport's pings).
+func (c *gatedConn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, errors.ErrUnsupported
+	}
+	return sc.SyscallConn()
+}
+
 func (c *gatedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.open.Add(-1) })

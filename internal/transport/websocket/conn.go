@@ -12,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -86,8 +87,9 @@ func (e *peerClosed) Error() string {
 // Lock order: rmu, then wmu (the reader answers pings and closes while it holds rmu). Close
 // never holds wmu while it takes rmu.
 type conn struct {
-	nc net.Conn
-	r  io.Reader // nc, after what the upgrade had buffered; read under rmu
+	nc  net.Conn
+	raw syscall.RawConn // nc's descriptor, when nc has one: tryPing writes through it
+	r   io.Reader       // nc, after what the upgrade had buffered; read under rmu
 
 	wmu       chan struct{}          // the write lock: held by whoever sent into it
 	werr      error                  // guarded by wmu: a write failed, maybe mid-frame; nothing more may be written
@@ -119,6 +121,9 @@ var _ heraldv1.Carrier = (*conn)(nil)
 // only a small read buffer (readBufferSize), not net/http's.
 func newConn(nc net.Conn, br *bufio.Reader) *conn {
 	c := &conn{nc: nc, wmu: make(chan struct{}, 1), done: make(chan struct{})}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	var r io.Reader = nc
 	if n := br.Buffered(); n > 0 {
 		b, _ := br.Peek(n)
@@ -318,6 +323,52 @@ func (c *conn) ping(ctx context.Context, n uint64) error {
 	binary.BigEndian.PutUint64(p[:], n)
 	c.pingSent.Store(n)
 	return c.writeControl(ctx, ws.OpPing, p[:])
+}
+
+// tryPing writes ping number n now, on the caller's goroutine, if it can without waiting: the
+// write lock is free, nothing has broken the connection, and the socket takes the whole frame
+// in one write(2). It reports whether the ping was dealt with: written, or the connection
+// broken by a frame the socket took only part of (the error). false leaves the ping to ping,
+// which may wait.
+func (c *conn) tryPing(n uint64) (bool, error) {
+	if c.raw == nil {
+		return false, nil
+	}
+	select {
+	case c.wmu <- struct{}{}:
+	default:
+		return false, nil
+	}
+	defer c.unlock()
+	if c.writable() != nil {
+		return false, nil // ping meets the same error and reports it
+	}
+	if !c.wdl.IsZero() {
+		// A deadline left by the last batch would refuse the write once it has passed.
+		c.wdl = time.Time{}
+		if err := c.nc.SetWriteDeadline(c.wdl); err != nil {
+			return false, nil
+		}
+	}
+	var f [2 + 8]byte // FIN and opcode ping, payload length 8 (unmasked: from the server), n
+	f[0], f[1] = 0x80|byte(ws.OpPing), 8
+	binary.BigEndian.PutUint64(f[2:], n)
+	c.pingSent.Store(n)
+	var wrote int
+	var werr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		wrote, werr = syscall.Write(int(fd), f[:])
+		return true // one try: never wait for room
+	})
+	switch {
+	case err == nil && werr == nil && wrote == len(f):
+		return true, nil
+	case wrote > 0:
+		c.werr = fmt.Errorf("a ping cut after %d of %d bytes: %w", wrote, len(f), io.ErrShortWrite)
+		return true, c.werr
+	default:
+		return false, nil
+	}
 }
 
 // answered is the number of the latest ping whose pong has come, 0 for none.

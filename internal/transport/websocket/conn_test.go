@@ -3,6 +3,7 @@ package websocket
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -462,3 +463,73 @@ func (c *fuzzConn) Write(p []byte) (int, error)      { return len(p), nil }
 func (c *fuzzConn) Close() error                     { return nil }
 func (c *fuzzConn) SetWriteDeadline(time.Time) error { return nil }
 func (c *fuzzConn) SetReadDeadline(time.Time) error  { return nil }
+
+// tcpConn is a conn over a real loopback TCP connection, which has a descriptor for tryPing,
+// and the client's end.
+func tcpConn(t *testing.T) (*conn, *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newConn(server, bufio.NewReader(server))
+	t.Cleanup(func() { c.shut(); client.Close() })
+	return c, client.(*net.TCPConn)
+}
+
+// TestTryPing: a ping to a connection that takes it is written at once, as a ping frame
+// carrying its number, even past a deadline an earlier batch left; one that would wait (the
+// write lock held, or a socket with no room) is left to ping, never claimed as written.
+func TestTryPing(t *testing.T) {
+	c, client := tcpConn(t)
+	// A batch's deadline, long passed.
+	c.wdl = time.Now().Add(-time.Minute)
+	if err := c.nc.SetWriteDeadline(c.wdl); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.tryPing(7); !ok || err != nil {
+		t.Fatalf("tryPing on an idle connection = %v, %v; want it written", ok, err)
+	}
+	h, err := ws.ReadHeader(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, h.Length)
+	if _, err := io.ReadFull(client, p); err != nil {
+		t.Fatal(err)
+	}
+	if h.OpCode != ws.OpPing || !h.Fin || h.Masked || binary.BigEndian.Uint64(p) != 7 || c.pingSent.Load() != 7 {
+		t.Fatalf("frame %+v payload %x, pingSent %d: want a final unmasked ping carrying 7", h, p, c.pingSent.Load())
+	}
+
+	c.wmu <- struct{}{} // a batch being written
+	if ok, _ := c.tryPing(8); ok {
+		t.Fatal("tryPing claimed a ping while the write lock was held")
+	}
+	c.unlock()
+
+	// The client reads nothing more: fill the socket until a write would wait.
+	_ = client.SetReadBuffer(4096)
+	chunk := make([]byte, 64<<10)
+	for {
+		c.wdl = time.Now().Add(50 * time.Millisecond) // tryPing lifts it, so the write is tried
+		if err := c.nc.SetWriteDeadline(c.wdl); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.nc.Write(chunk); err != nil {
+			break
+		}
+	}
+	if ok, err := c.tryPing(9); ok && err == nil {
+		t.Fatal("tryPing claimed a ping written to a socket with no room")
+	}
+}

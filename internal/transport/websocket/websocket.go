@@ -367,6 +367,7 @@ func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
 	p := newPinger(h.base, maxMissedPongs, c.ping, c.answered, func() {
 		s.Close(session.ClosePingTimeout, fmt.Sprintf("%d pings in a row, %s apart, went unanswered", maxMissedPongs, h.cfg.PingInterval))
 	})
+	p.try = c.tryPing
 	p.member = h.pings.Add(p.beat)
 	return p
 }
@@ -381,14 +382,20 @@ func (h *Handler) startPinger(s *session.Session, c *conn) *pinger {
 // compares it with the ping it judges. A ping is written by a goroutine that lives for that
 // write only, since a beat must not block its wheel and a write may (on a client that stopped
 // reading, until its deadline). Pings are numbered, so a pong that comes after its ping was
-// judged is not taken for the next's.
+// judged is not taken for the next's. Most pings go to a connection that is reading and
+// writing nothing else: those are written by the beat itself when try can do so without waiting
+// (conn.tryPing), and only the others get a goroutine. A goroutine per ping, a tick's worth of
+// connections at once, left the runtime holding that many goroutines' structs and stacks for good.
 type pinger struct {
 	ctx       context.Context
 	maxMissed int
 	ping      func(ctx context.Context, n uint64) error
-	answered  func() uint64 // the number of the latest ping answered
-	dead      func()
-	member    *heartbeat.Member
+	// try, if set, writes ping n without waiting when it can: it reports whether it did, and
+	// the error that broke the connection if the write cut the frame.
+	try      func(n uint64) (bool, error)
+	answered func() uint64 // the number of the latest ping answered
+	dead     func()
+	member   *heartbeat.Member
 
 	// Owned by beat, which the wheel runs for one member at a time.
 	sent   uint64 // pings sent
@@ -430,6 +437,15 @@ func (p *pinger) beat() {
 	}
 	p.sent++
 	n := p.sent
+	if p.try != nil {
+		if ok, err := p.try(n); ok {
+			p.busy.Store(false)
+			if err != nil {
+				p.failed.Store(true)
+			}
+			return
+		}
+	}
 	p.inFlight.Add(1)
 	go func() {
 		defer p.inFlight.Done()
