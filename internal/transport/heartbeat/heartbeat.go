@@ -21,6 +21,7 @@ package heartbeat
 
 import (
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -136,4 +137,22 @@ func (w *Wheel) fire() {
 	// Ticks keep to their schedule; one that is late runs at once, until they have caught up.
 	w.next = w.next.Add(w.tick)
 	w.timer.Reset(max(time.Until(w.next), 0))
+}
+
+// WriteNow writes b to raw's descriptor in one write(2) if the socket has room for it now, never
+// waiting for room: a beat runs on the wheel's goroutine, and a transport writes most of its
+// beats this way, leaving only those that would wait to a goroutine. It returns how many bytes
+// went out, fewer than len(b) only when the socket had room for part of them, and the error of
+// the write: a socket with no room is 0 and syscall.EAGAIN, a deadline that has passed 0 and
+// os.ErrDeadlineExceeded.
+func WriteNow(raw syscall.RawConn, b []byte) (int, error) {
+	var n int
+	var werr error
+	if err := raw.Write(func(fd uintptr) bool {
+		n, werr = syscall.Write(int(fd), b)
+		return true // one try
+	}); err != nil {
+		return 0, err
+	}
+	return max(n, 0), werr
 }

@@ -3,14 +3,17 @@ package sse
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/heraldv1"
+	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -63,6 +66,9 @@ func (h *Handler) hijack(w http.ResponseWriter, r *http.Request, ids *eventIDs) 
 	_ = hd.Write(&head)
 	head.WriteString("\r\n")
 	t := &rawTransport{nc: nc, chunked: chunked, ids: ids, slow: h.slowTimeout(), done: make(chan struct{})}
+	if sc, ok := nc.(syscall.Conn); ok {
+		t.raw, _ = sc.SyscallConn()
+	}
 	t.wdl = time.Now().Add(t.slow)
 	_ = nc.SetWriteDeadline(t.wdl)
 	if _, err := nc.Write(head.Bytes()); err != nil {
@@ -76,9 +82,10 @@ func (h *Handler) hijack(w http.ResponseWriter, r *http.Request, ids *eventIDs) 
 // under a deadline on the socket, so none holds mu for ever.
 type rawTransport struct {
 	nc      net.Conn
-	chunked bool          // HTTP/1.1: each write is one chunk
-	ids     *eventIDs     // what the event ids say; guarded by mu
-	slow    time.Duration // how long a keepalive write may block
+	raw     syscall.RawConn // nc's descriptor, when nc has one: tryComment writes through it
+	chunked bool            // HTTP/1.1: each write is one chunk
+	ids     *eventIDs       // what the event ids say; guarded by mu
+	slow    time.Duration   // how long a keepalive write may block
 
 	mu sync.Mutex
 	// Guarded by mu:
@@ -168,6 +175,50 @@ func (t *rawTransport) comment() error {
 	t.wdl = time.Time{}
 	_ = t.nc.SetWriteDeadline(t.wdl)
 	return nil
+}
+
+// keepaliveChunk is the keepalive comment as one chunk of a chunked body.
+var keepaliveChunk = fmt.Appendf(nil, "%x\r\n%s\r\n", len(keepaliveComment), keepaliveComment)
+
+// tryComment writes the keepalive comment now, on the caller's goroutine, if it can without
+// waiting: no other write holds mu, the stream has not ended or failed, and the socket takes
+// the whole line in one write(2). It reports whether the keepalive was dealt with: written, or
+// the stream broken by a line the socket took only part of (the error). false leaves it to
+// comment, which may wait.
+func (t *rawTransport) tryComment() (bool, error) {
+	if t.raw == nil || !t.mu.TryLock() {
+		return false, nil
+	}
+	defer t.mu.Unlock()
+	select {
+	case <-t.done:
+		return false, nil
+	default:
+	}
+	if t.werr != nil {
+		return false, nil
+	}
+	if !t.wdl.IsZero() {
+		// A deadline left by the last write would refuse this one once it has passed.
+		t.wdl = time.Time{}
+		if err := t.nc.SetWriteDeadline(t.wdl); err != nil {
+			return false, nil
+		}
+	}
+	b := keepaliveComment
+	if t.chunked {
+		b = keepaliveChunk
+	}
+	wrote, _ := heartbeat.WriteNow(t.raw, b) // no room, or an error that comment meets again
+	switch {
+	case wrote == len(b):
+		return true, nil
+	case wrote > 0:
+		t.werr = fmt.Errorf("a keepalive cut after %d of %d bytes: %w", wrote, len(b), io.ErrShortWrite)
+		return true, t.werr
+	default:
+		return false, nil
+	}
 }
 
 // closeWait is how long Close lets a write in progress finish before it fails it.

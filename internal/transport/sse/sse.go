@@ -16,7 +16,8 @@
 // session through context.AfterFunc on the request's context.
 //
 // Keepalives come from the handler's heartbeat wheel, which serves the streams due in the same
-// tick together; each keepalive is written by a goroutine that lives for that one write. The
+// tick together; each keepalive is written by the tick itself when the stream's socket takes it
+// at once, and otherwise by a goroutine that lives for that one write. The
 // stream stops them and waits for a keepalive in flight before it gives its slot back. Writes
 // to a stream go through one mutex, shared by the writer, the keepalive and Close.
 //
@@ -304,10 +305,11 @@ func (h *Handler) serveHijacked(s *session.Session, t *rawTransport, done func()
 	ka.stop()
 }
 
-// keepalive is one stream's keepalive: each beat of the wheel writes a comment line, in a
-// goroutine of its own, since a client that stopped reading blocks the write (until the slow
-// limit, when it ends the stream as too slow). A beat that finds the last keepalive still
-// blocked writes no other.
+// keepalive is one stream's keepalive: each beat of the wheel writes a comment line. On a stream
+// taken over from net/http the beat writes it itself when that cannot wait (tryComment);
+// otherwise the line is written in a goroutine of its own, since a client that stopped reading
+// blocks the write (until the slow limit, when it ends the stream as too slow). A beat that
+// finds the last keepalive still blocked writes no other.
 type keepalive struct {
 	s      *session.Session
 	t      interface{ comment() error }
@@ -329,21 +331,33 @@ func (k *keepalive) beat() {
 	if !k.busy.CompareAndSwap(false, true) {
 		return
 	}
+	if tc, ok := k.t.(interface{ tryComment() (bool, error) }); ok {
+		if done, err := tc.tryComment(); done {
+			k.busy.Store(false)
+			if err != nil {
+				k.fail(err)
+			}
+			return
+		}
+	}
 	k.inFlight.Add(1)
 	go func() {
 		defer k.inFlight.Done()
 		defer k.busy.Store(false)
-		err := k.t.comment()
-		if err == nil {
-			return
-		}
-		k.failed.Store(true)
-		if errors.Is(err, errBlocked) {
-			k.s.Close(session.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.slow))
-		} else {
-			k.s.Lost("connection lost")
+		if err := k.t.comment(); err != nil {
+			k.fail(err)
 		}
 	}()
+}
+
+// fail ends the stream for a keepalive that could not be written.
+func (k *keepalive) fail(err error) {
+	k.failed.Store(true)
+	if errors.Is(err, errBlocked) {
+		k.s.Close(session.CloseTooSlow, fmt.Sprintf("a keepalive write was blocked for %s", k.slow))
+	} else {
+		k.s.Lost("connection lost")
+	}
 }
 
 // stop ends the keepalives and waits for one being written: the session's end has closed the

@@ -19,6 +19,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/heraldv1"
+	"github.com/heraldrt/herald/internal/transport/heartbeat"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -354,14 +355,9 @@ func (c *conn) tryPing(n uint64) (bool, error) {
 	f[0], f[1] = 0x80|byte(ws.OpPing), 8
 	binary.BigEndian.PutUint64(f[2:], n)
 	c.pingSent.Store(n)
-	var wrote int
-	var werr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		wrote, werr = syscall.Write(int(fd), f[:])
-		return true // one try: never wait for room
-	})
+	wrote, _ := heartbeat.WriteNow(c.raw, f[:]) // no room, or an error that ping meets again
 	switch {
-	case err == nil && werr == nil && wrote == len(f):
+	case wrote == len(f):
 		return true, nil
 	case wrote > 0:
 		c.werr = fmt.Errorf("a ping cut after %d of %d bytes: %w", wrote, len(f), io.ErrShortWrite)
