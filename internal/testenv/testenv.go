@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	neturl "net/url"
 	"os"
 	"os/exec"
@@ -213,4 +214,27 @@ func SlotName(t testing.TB, url string) string {
 		t.Fatalf("testenv: parse %s: %v", url, err)
 	}
 	return strings.TrimPrefix(u.Path, "/")
+}
+
+// TCPPair returns the two ends of a fresh loopback TCP connection, the accepted one first, both
+// closed when t ends: for tests that need a real socket (a descriptor, kernel buffers) rather
+// than net.Pipe.
+func TCPPair(t testing.TB) (accepted, dialed *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	a, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a.(*net.TCPConn), d.(*net.TCPConn)
 }

@@ -2,32 +2,18 @@ package sse
 
 import (
 	"io"
-	"net"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/internal/testenv"
 )
 
 // TestTryComment: a keepalive to a stream whose socket takes it is written at once, as one
 // chunk, even past a deadline an earlier write left; one that would wait (another write holding
 // the stream, or a socket with no room) is left to comment, never claimed as written.
 func TestTryComment(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	raw, err := nc.(syscall.Conn).SyscallConn()
+	nc, client := testenv.TCPPair(t)
+	raw, err := nc.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +38,7 @@ func TestTryComment(t *testing.T) {
 	tr.mu.Unlock()
 
 	// The client reads nothing more: fill the socket until a write would wait.
-	_ = client.(*net.TCPConn).SetReadBuffer(4096)
+	_ = client.SetReadBuffer(4096)
 	chunk := make([]byte, 64<<10)
 	for {
 		tr.wdl = time.Now().Add(50 * time.Millisecond) // tryComment lifts it, so the write is tried

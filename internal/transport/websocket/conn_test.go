@@ -16,6 +16,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/google/go-cmp/cmp"
 	"github.com/heraldrt/herald/internal/delivery"
+	"github.com/heraldrt/herald/internal/testenv"
 	"github.com/heraldrt/herald/internal/wire"
 )
 
@@ -467,23 +468,10 @@ func (c *fuzzConn) SetReadDeadline(time.Time) error  { return nil }
 // tcpConn is a conn over a real loopback TCP connection, which has a descriptor for tryPing,
 // and the client's end.
 func tcpConn(t *testing.T) (*conn, *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	server, client := testenv.TCPPair(t)
 	c := newConn(server, bufio.NewReader(server))
-	t.Cleanup(func() { c.shut(); client.Close() })
-	return c, client.(*net.TCPConn)
+	t.Cleanup(c.shut)
+	return c, client
 }
 
 // TestTryPing: a ping to a connection that takes it is written at once, as a ping frame
