@@ -6,7 +6,9 @@
 // memory and goroutines per connection. Over several nodes sharing a Redis, Run spreads the
 // subscribers over them in turn, publishes through each in turn or through the first, sums the
 // nodes' CPU time, and reads the Redis's INFO counters and the nodes' counters of items sent
-// between them, for the cost per event.
+// between them, for the cost per event. Floor measures the machine instead of a node: the same
+// shape of load served by FloorServe, a plain TCP server that only writes each message to each
+// subscriber, so a node's figures can be read against what the machine allows any server.
 //
 // # Concurrency
 //
@@ -21,7 +23,8 @@
 // Run connects every subscriber before the first event, stops when every expected delivery
 // has arrived, when deliveries stop coming after the last event (Config.Drain), or at
 // Config.Duration, whichever is first, and returns only once every goroutine it started has
-// ended and every connection is closed. Idle connects, waits for the connections to settle,
+// ended and every connection is closed. Floor likewise; FloorServe returns once it has sent every
+// message and its writers have ended, closing its connections. Idle connects, waits for the connections to settle,
 // measures over a fixed window, and likewise closes everything before it returns. StartNode starts the node to measure as a child
 // process (herald serve, and a private PostgreSQL for table mode); Node.Stop ends both.
 // StartNodes starts several sharing a Redis, the first one's PostgreSQL shared, and StopNodes
