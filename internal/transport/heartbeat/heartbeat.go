@@ -8,7 +8,8 @@
 // A Wheel has no goroutine of its own. While it has members, one timer fires every tick; its
 // callback takes the tick's members under Wheel.mu and calls their beats after releasing it, one
 // after another. A beat therefore must not block: one that writes to a connection that may not
-// be read starts a goroutine for the write, which its owner waits for. Each member's beat runs
+// be read writes what the socket takes at once (WriteNow) and starts a goroutine only for a
+// write that would wait, which its owner waits for. Each member's beat runs
 // under that member's own mutex, which Stop also takes, so once Stop has returned the beat is
 // not running and never runs again. Lock order: Wheel.mu is never held while a member's mutex
 // is taken.

@@ -81,7 +81,8 @@ func (e *peerClosed) Error() string {
 // Writes come from several goroutines: the session's writer, the reader (pongs, the reply to
 // the client's close), the pinger and Close. wmu serializes them; it is a channel of one slot
 // rather than a mutex so that a wait for it can end with a ctx, a deadline or the connection's
-// end. Every write runs under a deadline on the socket, so no write holds wmu for ever. Reads
+// end. Every write runs under a deadline on the socket, or (tryPing's) never waits, so no
+// write holds wmu for ever. Reads
 // come from one goroutine at a time, serialized by rmu: the read loop, and then the closing
 // handshake, which reads on where the read loop stopped.
 //
