@@ -813,12 +813,8 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.Transport == TransportSSE {
 		tr = "SSE"
 	}
-	rate := "as fast as possible"
-	if r.Rate > 0 {
-		rate = fmt.Sprintf("at %g/s", r.Rate)
-	}
 	fmt.Fprintf(w, "herald bench: %s, %d %s subscribers (%d connected), %d events %s; stopped: %s\n",
-		r.Target, r.Subscribers, tr, r.Connected, r.Events, rate, r.Stopped)
+		r.Target, r.Subscribers, tr, r.Connected, r.Events, rateText(r.Rate), r.Stopped)
 	if len(r.URLs) > 1 {
 		fmt.Fprintf(w, "  nodes        %d, subscribers in turn (%s connected)", len(r.URLs), joinInts(r.ConnectedByNode, ", "))
 		switch r.PublishVia {

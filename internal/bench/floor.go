@@ -40,7 +40,7 @@ type FloorConfig struct {
 	// Client side.
 	Addr      string        // the floor server's address
 	ServerPID int           // the floor server's process, for its CPU time
-	Drain     time.Duration // stop once nothing has arrived for this long after the last message (default 5s)
+	Drain     time.Duration // stop once nothing has arrived for this long after the last message is due (default 5s)
 	Duration  time.Duration // stop at this long from the first message (default 60s)
 	Progress  io.Writer     // progress lines; nil: none
 }
@@ -277,6 +277,12 @@ func floorWatch(ctx context.Context, cfg FloorConfig, expected int64, received *
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	last, lastMove, lastPrint := int64(0), time.Now(), time.Now()
+	// The server sends on a schedule the client knows: nothing arriving between two paced
+	// messages is no drain, however long the interval.
+	lastSent := start
+	if cfg.Rate > 0 {
+		lastSent = start.Add(time.Duration(float64(cfg.Events-1) / cfg.Rate * float64(time.Second)))
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -295,7 +301,7 @@ func floorWatch(ctx context.Context, cfg FloorConfig, expected int64, received *
 				return StoppedDone
 			case now.Sub(start) > cfg.Duration:
 				return StoppedDuration
-			case now.Sub(lastMove) > cfg.Drain:
+			case now.Sub(lastMove) > cfg.Drain && now.Sub(lastSent) > cfg.Drain:
 				return StoppedDrained
 			}
 		}
@@ -308,7 +314,7 @@ func (r *FloorReport) WriteText(w io.Writer) {
 	if r.Group > 0 && r.Group < r.Subscribers {
 		to = fmt.Sprintf("%d subscribers in turn", r.Group)
 	}
-	fmt.Fprintf(w, "floor: plain TCP, no Herald; %d subscribers, %d messages at %s, each to %s\n",
+	fmt.Fprintf(w, "floor: plain TCP, no Herald; %d subscribers, %d messages %s, each to %s\n",
 		r.Subscribers, r.Events, rateText(r.Rate), to)
 	fmt.Fprintf(w, "stopped: %s\n", r.Stopped)
 	fmt.Fprintf(w, "received: %d of %d in %.2fs (%.0f deliveries/s)\n", r.Received, r.Expected, r.Seconds, r.DeliveriesPerSecond)
@@ -319,9 +325,10 @@ func (r *FloorReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "load average: %s -> %s\n", r.LoadStart, r.LoadEnd)
 }
 
+// rateText says a run's rate for a person.
 func rateText(rate float64) string {
 	if rate == 0 {
-		return "full speed"
+		return "as fast as possible"
 	}
-	return fmt.Sprintf("%g/s", rate)
+	return fmt.Sprintf("at %g/s", rate)
 }

@@ -16,16 +16,19 @@ func TestFloor(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		subs, events, group int
+		rate                float64
 		want                int64
 	}{
-		{"every subscriber", 5, 20, 0, 100},
-		{"groups in turn", 5, 7, 2, 14},
-		{"group past the subscribers", 3, 4, 10, 12},
+		{"every subscriber", 5, 20, 0, 0, 100},
+		{"groups in turn", 5, 7, 2, 0, 14},
+		{"group past the subscribers", 3, 4, 10, 0, 12},
+		// Paced slower than the drain: the quiet between messages is not taken for the end.
+		{"paced past the drain", 2, 3, 0, 2, 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cfg := FloorConfig{Subs: tc.subs, Events: tc.events, Group: tc.group, Drain: 2 * time.Second}
+			cfg := FloorConfig{Subs: tc.subs, Events: tc.events, Group: tc.group, Rate: tc.rate, Drain: 300 * time.Millisecond}
 			pr, pw := io.Pipe()
 			served := make(chan error, 1)
 			go func() { served <- FloorServe(ctx, cfg, pw); pw.Close() }()
