@@ -21,6 +21,8 @@
 package heartbeat
 
 import (
+	"fmt"
+	"io"
 	"sync"
 	"syscall"
 	"time"
@@ -142,18 +144,25 @@ func (w *Wheel) fire() {
 
 // WriteNow writes b to raw's descriptor in one write(2) if the socket has room for it now, never
 // waiting for room: a beat runs on the wheel's goroutine, and a transport writes most of its
-// beats this way, leaving only those that would wait to a goroutine. It returns how many bytes
-// went out, fewer than len(b) only when the socket had room for part of them, and the error of
-// the write: a socket with no room is 0 and syscall.EAGAIN, a deadline that has passed 0 and
-// os.ErrDeadlineExceeded.
-func WriteNow(raw syscall.RawConn, b []byte) (int, error) {
+// beats this way, leaving only those that would wait to a goroutine. It reports whether b was
+// dealt with: written whole (nil error), or cut, the socket having had room for part of it only
+// (an error wrapping io.ErrShortWrite: the stream is broken mid-frame). false means nothing went
+// out (no room, or an error the caller's waiting write meets again).
+func WriteNow(raw syscall.RawConn, b []byte) (bool, error) {
 	var n int
 	var werr error
 	if err := raw.Write(func(fd uintptr) bool {
 		n, werr = syscall.Write(int(fd), b)
 		return true // one try
 	}); err != nil {
-		return 0, err
+		return false, nil
 	}
-	return max(n, 0), werr
+	switch {
+	case n == len(b) && werr == nil:
+		return true, nil
+	case n > 0:
+		return true, fmt.Errorf("cut after %d of %d bytes: %w", n, len(b), io.ErrShortWrite)
+	default:
+		return false, nil
+	}
 }

@@ -3,7 +3,6 @@ package sse
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -78,8 +77,9 @@ func (h *Handler) hijack(w http.ResponseWriter, r *http.Request, ids *eventIDs) 
 }
 
 // rawTransport writes a stream's events to a connection taken over from net/http: the
-// session's writer (Write), a keepalive (comment) and Close, serialized by mu. Every write runs
-// under a deadline on the socket, so none holds mu for ever.
+// session's writer (Write), a keepalive (tryComment or comment) and Close, serialized by mu.
+// Every write runs under a deadline on the socket, or (tryComment's) never waits, so none holds
+// mu for ever.
 type rawTransport struct {
 	nc      net.Conn
 	raw     syscall.RawConn // nc's descriptor, when nc has one: tryComment writes through it
@@ -209,16 +209,11 @@ func (t *rawTransport) tryComment() (bool, error) {
 	if t.chunked {
 		b = keepaliveChunk
 	}
-	wrote, _ := heartbeat.WriteNow(t.raw, b) // no room, or an error that comment meets again
-	switch {
-	case wrote == len(b):
-		return true, nil
-	case wrote > 0:
-		t.werr = fmt.Errorf("a keepalive cut after %d of %d bytes: %w", wrote, len(b), io.ErrShortWrite)
-		return true, t.werr
-	default:
-		return false, nil
+	ok, err := heartbeat.WriteNow(t.raw, b)
+	if err != nil {
+		t.werr = fmt.Errorf("a keepalive %w", err)
 	}
+	return ok, t.werr
 }
 
 // closeWait is how long Close lets a write in progress finish before it fails it.

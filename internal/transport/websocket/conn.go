@@ -356,16 +356,11 @@ func (c *conn) tryPing(n uint64) (bool, error) {
 	f[0], f[1] = 0x80|byte(ws.OpPing), 8
 	binary.BigEndian.PutUint64(f[2:], n)
 	c.pingSent.Store(n)
-	wrote, _ := heartbeat.WriteNow(c.raw, f[:]) // no room, or an error that ping meets again
-	switch {
-	case wrote == len(f):
-		return true, nil
-	case wrote > 0:
-		c.werr = fmt.Errorf("a ping cut after %d of %d bytes: %w", wrote, len(f), io.ErrShortWrite)
-		return true, c.werr
-	default:
-		return false, nil
+	ok, err := heartbeat.WriteNow(c.raw, f[:])
+	if err != nil {
+		c.werr = fmt.Errorf("a ping %w", err)
 	}
+	return ok, c.werr
 }
 
 // answered is the number of the latest ping whose pong has come, 0 for none.
