@@ -62,7 +62,7 @@ type Config struct {
 	// when the last read emptied the socket in the middle of a transaction: the server's next
 	// messages gather meanwhile and arrive in one read instead of a wakeup every few changes.
 	// It adds at most this much to a transaction's delivery, and only to one that was still
-	// arriving. Linux, over a Unix socket only. Default DefaultReadLinger (100µs); negative turns it off.
+	// arriving. Linux only. Default DefaultReadLinger (100µs); negative turns it off.
 	ReadLinger time.Duration
 	// LeaderPoll is how often a standby tries for the leader lock. Default 1s.
 	LeaderPoll time.Duration

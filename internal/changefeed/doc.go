@@ -13,11 +13,13 @@
 //	                          v
 //	                        sink goroutine: Sink.Accept, then record the accepted end LSN
 //
-// The reader waits for the server as cheaply as it can (see receiver): on Linux it reads the
-// socket with raw non-blocking read(2) calls, and, over a Unix socket, in the middle of a
-// transaction a read that
-// emptied the socket is followed by a wait of Config.ReadLinger before the next, so that a
-// reader keeping pace with the server is not woken for every few changes.
+// The reader waits for the server as cheaply as it can, for the server's sake as much as its own
+// (see socket and receiver): on Linux the replication connection is taken out of the runtime's
+// network poller, whose epoll registration made every send of the walsender wake a thread of
+// ours; it is read with raw non-blocking read(2) calls, waits in ppoll(2) only when it has read
+// everything, and in the middle of a transaction a read that emptied the socket is followed by a
+// wait of Config.ReadLinger before the next, so that a reader keeping pace with the server is not
+// woken for every few changes.
 //
 // A transaction reaches the sink only once committed: it is buffered from Begin to Commit, and a
 // streamed (protocol 2) transaction from its first Stream Start to its Stream Commit; a Stream

@@ -24,8 +24,10 @@ const maxReadLinger = time.Millisecond
 // taken only while a transaction is open, none of whose changes can be handed on before its
 // commit arrives, and the server keeps sending meanwhile (its socket buffer holds far more than
 // one linger's worth). Between transactions a read waits on the poller as usual, so a lone
-// small transaction is read the moment it arrives. Linux and Unix sockets only (see socket): over
-// TCP it made the server's sends dearer than the wakeups it saved.
+// small transaction is read the moment it arrives. Linux only (see socket), over TCP and Unix
+// sockets alike: a reader that lingers is in nanosleep(2), not waiting on the socket, so the
+// server's sends meanwhile wake nobody. (While the socket was in the runtime's poller, every send
+// woke a poller thread all the same, and over TCP the linger cost the server more than it saved.)
 type receiver struct {
 	linger time.Duration
 	inTxn  atomic.Bool // set by the reader goroutine, read by the socket's reads

@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sys/unix"
 )
 
 // socketPair is a connected pair of Unix sockets: client wrapped as session wraps the
@@ -36,14 +37,12 @@ func socketPair(t *testing.T, rx *receiver) (client *socket, server net.Conn) {
 		}
 		conns[i] = c
 	}
-	t.Cleanup(func() {
-		_ = conns[0].Close()
-		_ = conns[1].Close()
-	})
+	t.Cleanup(func() { _ = conns[0].Close() })
 	s, ok := newSocket(conns[1], rx).(*socket)
 	if !ok {
 		t.Fatal("newSocket did not wrap a Unix socket")
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	return s, conns[0]
 }
 
@@ -150,7 +149,10 @@ func TestSocketLingersOnlyAfterDrainingReadsInsideATransaction(t *testing.T) {
 	}
 }
 
-func TestSocketDoesNotLingerOverTCP(t *testing.T) {
+// tcpPair is a connected pair of loopback TCP connections: client wrapped as session wraps
+// the replication connection, server as the walsender's end.
+func tcpPair(t *testing.T, rx *receiver) (client *socket, server net.Conn) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -165,18 +167,23 @@ func TestSocketDoesNotLingerOverTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := <-accepted
+	server = <-accepted
 	if server == nil {
 		t.Fatal("accept failed")
 	}
-	defer c.Close()
-	defer server.Close()
-	rx := &receiver{linger: time.Millisecond}
-	rx.inTxn.Store(true)
+	t.Cleanup(func() { _ = server.Close() })
 	s, ok := newSocket(c, rx).(*socket)
 	if !ok {
 		t.Fatal("newSocket did not wrap a TCP socket")
 	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, server
+}
+
+func TestSocketLingersOverTCPToo(t *testing.T) {
+	rx := &receiver{linger: time.Millisecond}
+	rx.inTxn.Store(true)
+	s, server := tcpPair(t, rx)
 	paused := 0
 	s.pause = func(time.Duration) { paused++ }
 	for _, b := range []string{"0123456789", "x"} {
@@ -188,9 +195,140 @@ func TestSocketDoesNotLingerOverTCP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if paused != 0 {
-		t.Errorf("paused %d times over TCP, want 0", paused)
+	if paused != 1 {
+		t.Errorf("paused %d times over TCP, want 1: before the read that follows one that emptied the socket", paused)
 	}
+}
+
+func TestSocketLeavesThePoller(t *testing.T) {
+	// The connection's own descriptor is closed, which is what takes it out of the runtime's
+	// poller: the socket reads through a duplicate, and the original net.Conn is done with.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			_, _ = c.Write([]byte("hello"))
+			time.Sleep(time.Second)
+			_ = c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := newSocket(c, &receiver{}).(*socket)
+	if !ok {
+		t.Fatal("newSocket did not wrap a TCP socket")
+	}
+	defer s.Close()
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("the original connection still reads (%v): it is still in the poller", err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("read %q, %v through the socket, want hello", buf, err)
+	}
+	flags, err := unix.FcntlInt(uintptr(s.fd), unix.F_GETFD, 0)
+	if err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("the socket's descriptor is not close-on-exec (flags %#x, %v)", flags, err)
+	}
+}
+
+func TestSocketWaitsAndWrites(t *testing.T) {
+	for name, pair := range map[string]func(*testing.T, *receiver) (*socket, net.Conn){"unix": socketPair, "tcp": tcpPair} {
+		t.Run(name, func(t *testing.T) {
+			s, server := pair(t, &receiver{})
+			// A read that finds nothing waits in ppoll until the peer writes.
+			go func() {
+				time.Sleep(20 * time.Millisecond)
+				_, _ = server.Write([]byte("late"))
+			}()
+			buf := make([]byte, 16)
+			n, err := s.Read(buf)
+			if err != nil || string(buf[:n]) != "late" {
+				t.Fatalf("read %q, %v; want late", buf[:n], err)
+			}
+			// A write larger than the socket buffers waits for room, and arrives whole.
+			want := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+			got := make(chan []byte, 1)
+			go func() {
+				b, _ := io.ReadAll(io.LimitReader(server, int64(len(want))))
+				got <- b
+			}()
+			if n, err := s.Write(want); n != len(want) || err != nil {
+				t.Fatalf("wrote %d of %d bytes: %v", n, len(want), err)
+			}
+			if b := <-got; !bytes.Equal(b, want) {
+				t.Fatalf("the peer read %d bytes that differ from the %d written", len(b), len(want))
+			}
+		})
+	}
+}
+
+func TestSocketDeadlineAndCloseReachAWaitingRead(t *testing.T) {
+	// The reader's status interval and a stop (context.AfterFunc sets the deadline to now) both
+	// end a read that already waits, as does Close.
+	t.Run("deadline moved in", func(t *testing.T) {
+		s, _ := socketPair(t, &receiver{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Read(make([]byte, 10))
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		if err := s.SetReadDeadline(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("read ended with %v, want the deadline", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a new deadline did not end a waiting read")
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		s, _ := socketPair(t, &receiver{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.Read(make([]byte, 10))
+			done <- err
+		}()
+		time.Sleep(20 * time.Millisecond)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("read ended with %v, want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not end a waiting read")
+		}
+		if err := s.Close(); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("a second Close: %v, want net.ErrClosed", err)
+		}
+		if _, err := s.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("a write after Close: %v, want net.ErrClosed", err)
+		}
+	})
+	t.Run("write deadline", func(t *testing.T) {
+		s, _ := socketPair(t, &receiver{})
+		if err := s.SetWriteDeadline(time.Now().Add(30 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		// Nobody reads: the write fills the buffers and then waits, until its deadline.
+		n, err := s.Write(make([]byte, 16<<20))
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() || n >= 16<<20 {
+			t.Fatalf("wrote %d bytes, %v; want fewer than all and a timeout", n, err)
+		}
+	})
 }
 
 func TestPauseSleeps(t *testing.T) {
