@@ -54,7 +54,7 @@ func newSocket(c net.Conn, rx *receiver) net.Conn {
 // thread of ours that sleeps in epoll_wait whenever one does, which is most of the time for a
 // reader that keeps up. The walsender paid for those wake-ups with CPU it would have spent
 // decoding: over loopback TCP it woke Herald about 2,000 times a 240,000-change drain against
-// pg_recvlogical's 32 (pg_recvlogical waits in poll(2) only when it has read everything, so a
+// pg_recvlogical's 30 to 90 (pg_recvlogical waits in poll(2) only when it has read everything, so a
 // send finds nobody to wake). This socket does the same:
 //
 //   - A read is one non-blocking read(2), made with syscall.RawSyscall: it never blocks, so it
