@@ -268,48 +268,39 @@ func TestSocketWaitsAndWrites(t *testing.T) {
 	}
 }
 
+// endWaitingRead starts a read of s that finds nothing, ends it with end, and checks that the
+// read ended with want. (A read that has not reached ppoll when end runs ends the same way.)
+func endWaitingRead(t *testing.T, s *socket, end func() error, want error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Read(make([]byte, 10))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := end(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) {
+			t.Fatalf("the waiting read ended with %v, want %v", err, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting read did not end")
+	}
+}
+
 func TestSocketDeadlineAndCloseReachAWaitingRead(t *testing.T) {
 	// The reader's status interval and a stop (context.AfterFunc sets the deadline to now) both
 	// end a read that already waits, as does Close.
 	t.Run("deadline moved in", func(t *testing.T) {
 		s, _ := socketPair(t, &receiver{})
-		done := make(chan error, 1)
-		go func() {
-			_, err := s.Read(make([]byte, 10))
-			done <- err
-		}()
-		time.Sleep(20 * time.Millisecond)
-		if err := s.SetReadDeadline(time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatalf("read ended with %v, want the deadline", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("a new deadline did not end a waiting read")
-		}
+		endWaitingRead(t, s, func() error { return s.SetReadDeadline(time.Now()) }, os.ErrDeadlineExceeded)
 	})
 	t.Run("close", func(t *testing.T) {
 		s, _ := socketPair(t, &receiver{})
-		done := make(chan error, 1)
-		go func() {
-			_, err := s.Read(make([]byte, 10))
-			done <- err
-		}()
-		time.Sleep(20 * time.Millisecond)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-done:
-			if !errors.Is(err, net.ErrClosed) {
-				t.Fatalf("read ended with %v, want net.ErrClosed", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Close did not end a waiting read")
-		}
+		endWaitingRead(t, s, s.Close, net.ErrClosed)
 		if err := s.Close(); !errors.Is(err, net.ErrClosed) {
 			t.Errorf("a second Close: %v, want net.ErrClosed", err)
 		}
