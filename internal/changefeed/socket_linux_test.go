@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/heraldrt/herald/internal/change"
+	"github.com/heraldrt/herald/internal/testenv"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sys/unix"
 )
@@ -153,26 +154,8 @@ func TestSocketLingersOnlyAfterDrainingReadsInsideATransaction(t *testing.T) {
 // the replication connection, server as the walsender's end.
 func tcpPair(t *testing.T, rx *receiver) (client *socket, server net.Conn) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { _ = server.Close() })
-	s, ok := newSocket(c, rx).(*socket)
+	server, dialed := testenv.TCPPair(t)
+	s, ok := newSocket(dialed, rx).(*socket)
 	if !ok {
 		t.Fatal("newSocket did not wrap a TCP socket")
 	}
@@ -203,20 +186,8 @@ func TestSocketLingersOverTCPToo(t *testing.T) {
 func TestSocketLeavesThePoller(t *testing.T) {
 	// The connection's own descriptor is closed, which is what takes it out of the runtime's
 	// poller: the socket reads through a duplicate, and the original net.Conn is done with.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		if c, err := l.Accept(); err == nil {
-			_, _ = c.Write([]byte("hello"))
-			time.Sleep(time.Second)
-			_ = c.Close()
-		}
-	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
+	server, c := testenv.TCPPair(t)
+	if _, err := server.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
 	s, ok := newSocket(c, &receiver{}).(*socket)
