@@ -98,8 +98,6 @@ func tokenClaims(t *testing.T, claims jwt.MapClaims) string {
 type client struct {
 	t *testing.T
 	c *websocket.Conn
-	// held is a frame read and put back (unread), given by the next read.
-	held map[string]any
 }
 
 func dial(t *testing.T, r *running, opts ...func(*websocket.DialOptions)) *client {
@@ -139,10 +137,6 @@ func (c *client) send(frame string) {
 
 // read returns the next frame, or the close error.
 func (c *client) read(timeout time.Duration) (map[string]any, error) {
-	if m := c.held; m != nil {
-		c.held = nil
-		return m, nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	_, b, err := c.c.Read(ctx)
@@ -155,9 +149,6 @@ func (c *client) read(timeout time.Duration) (map[string]any, error) {
 	}
 	return m, nil
 }
-
-// unread puts m back, for the next read to give.
-func (c *client) unread(m map[string]any) { c.held = m }
 
 // expect reads the next frame and checks its type.
 func (c *client) expect(typ string) map[string]any {

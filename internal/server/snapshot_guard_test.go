@@ -58,7 +58,9 @@ func TestSnapshotTableNotReady(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ids := readSnapshotOnceReady(t, c, "public.later")
+	c.send(`{"type":"subscribe","id":"ok","sub":"ok","table":"public.later","snapshot":true}`)
+	c.expect("subscribed")
+	ids, _ := readSnapshot(t, c, "ok")
 	if diff := cmp.Diff([]string{"0", "1", "2"}, ids); diff != "" {
 		t.Errorf("rows once the writer ended (-want +got):\n%s", diff)
 	}
@@ -102,34 +104,10 @@ func TestSnapshotWriterAcrossStart(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if ids := readSnapshotOnceReady(t, c, "public.later"); fmt.Sprint(ids) != "[0 1]" {
+	c.send(`{"type":"subscribe","id":"ok","sub":"ok","table":"public.later","snapshot":true}`)
+	c.expect("subscribed")
+	if ids, _ := readSnapshot(t, c, "ok"); fmt.Sprint(ids) != "[0 1]" {
 		t.Errorf("rows once the writer ended: %v, want [0 1]", ids)
-	}
-}
-
-// readSnapshotOnceReady subscribes to table with a snapshot as sub "ok", as often as it ends
-// with table_not_ready, for up to a minute, and returns the ids readSnapshot gives. A snapshot's
-// Xmin is the cluster's: once the test's own writer has ended, a transaction of another
-// package's test, in another database of the shared server, that began before the table
-// joined still holds it back, and the guard rightly refuses until that one ends too; a client
-// retries the same way (PROTOCOL.md).
-func readSnapshotOnceReady(t *testing.T, c *client, table string) []string {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c.send(`{"type":"subscribe","id":"ok","sub":"ok","table":"` + table + `","snapshot":true}`)
-		c.expect("subscribed")
-		m, err := c.read(30 * time.Second)
-		if err != nil {
-			t.Fatalf("waiting for the snapshot: %v", err)
-		}
-		if m["type"] == "unsubscribed" && m["code"] == "table_not_ready" && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		c.unread(m)
-		ids, _ := readSnapshot(t, c, "ok")
-		return ids
 	}
 }
 

@@ -46,14 +46,19 @@
 // judges each change by the publication as it stood for that transaction, and a change made
 // before the join is not published. Request.Joined, when set, is a transaction id assigned
 // once the table was seen in the publication, so every transaction running when it joined has
-// a smaller one; a snapshot whose Xmin is below it is refused, since one of those may still
-// run. For a table already in the publication when the stream started, whose join nobody saw,
-// it is one past the ids of the transactions holding a write lock on it then. Once Xmin has reached it, every transaction with a smaller id ended before the
-// snapshot, which sees it whole (the hand-off skips whatever the stream carried of it), and
-// every transaction the snapshot does not see got its id after the join, and with it every
-// change it made, all of which the stream carries. The check costs nothing: the snapshot's
-// Xmin is read anyway. Nor must the router first have routed the join's commit: the join
-// committed before Joined was assigned, so before the snapshot and its Bound, and the
+// a smaller one; a snapshot that saw one of those still running, in this database, is refused.
+// For a table already in the publication when the stream started, whose join nobody saw, it
+// is one past the ids of the transactions holding a write lock on it then. Once none is left,
+// every transaction of this database with a smaller id ended before the snapshot, which sees
+// it whole (the hand-off skips whatever the stream carried of it), and every transaction the
+// snapshot does not see got its id after the join, and with it every change it made, all of
+// which the stream carries. Another database's transactions write none of this one's rows and
+// are not in its stream, so a long writer elsewhere on the server holds nothing back. The
+// check costs nothing while the snapshot's Xmin has reached Joined; below it, one more
+// statement asks pg_stat_activity which database holds each older running transaction, and
+// any it cannot place elsewhere (a prepared transaction, or one that has just ended, unseen by
+// the snapshot) refuses the read. Nor must the router first have routed the join's commit: the
+// join committed before Joined was assigned, so before the snapshot and its Bound, and the
 // hand-off goes live only once the stream has passed Bound.
 //
 // sync_standby_stalled. A commit that waits for a synchronous standby has written its record,
@@ -61,8 +66,9 @@
 // offers a new hand-off the transactions it routed during its look-back (handoff.lookback), so
 // such a commit reaches the subscriber after the rows, unless the router routed it before the
 // look-back began: unless it has waited longer than that. While synchronous_standby_names
-// names a standby, the first statement also counts the transactions waiting for one (wait
-// event SyncRep) that began more than Config.Lookback ago, and any fails the read. It errs
+// names a standby, the first statement also counts this database's transactions waiting for
+// one (wait event SyncRep) that began more than Config.Lookback ago, and any fails the read;
+// another database's commits are never in this database's stream. It errs
 // towards refusing: a transaction's start stands for its wait's, which is later. It is read in
 // the statement that takes the snapshot, so a commit that stops waiting between the two goes
 // unseen only within that statement's execution. It sees what the role may: without

@@ -5,19 +5,28 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/handoff"
 )
 
 // guard refuses a snapshot the stream may not join without a gap, once First.Check has
-// accepted it: one taken while a transaction that began before the table joined the
-// publication still runs (Request.Joined), or while stalled transactions have waited for a
-// synchronous standby since before the look-back (firstSQL counted them in the first
-// statement).
-func (rd *read) guard(snap *handoff.Snapshot, stalled int64) error {
+// accepted it: one taken while a transaction of this database that began before the table
+// joined the publication still runs (Request.Joined), or while stalled transactions of this
+// database have waited for a synchronous standby since before the look-back (firstSQL counted
+// them in the first statement).
+func (rd *read) guard(ctx context.Context, tx pgx.Tx, snap *handoff.Snapshot, stalled int64) error {
 	if joined := rd.req.Joined; joined != 0 && snap.Xmin < joined {
-		return rd.fail(handoff.ReasonTableNotReady, fmt.Sprintf(
-			"the table joined the publication before transaction %d began, and transaction %d, which began before that, still runs: it may have written to the table unseen by the stream",
-			joined, snap.Xmin), nil)
+		older, err := olderHere(ctx, tx, snap, joined)
+		if err != nil {
+			return err
+		}
+		if older != 0 {
+			return rd.fail(handoff.ReasonTableNotReady, fmt.Sprintf(
+				"the table joined the publication before transaction %d began, and transaction %d, which began before that, still runs: it may have written to the table unseen by the stream",
+				joined, older), nil)
+		}
 	}
 	if stalled > 0 {
 		return rd.fail(handoff.ReasonSyncStandbyStalled, fmt.Sprintf(
@@ -25,6 +34,34 @@ func (rd *read) guard(snap *handoff.Snapshot, stalled int64) error {
 			stalled, plural(stalled, "transaction", "transactions"), rd.r.cfg.Lookback), nil)
 	}
 	return nil
+}
+
+// olderHere returns the oldest transaction the snapshot saw running that began before joined
+// and may belong to this database, or 0 when none may. A transaction of another database
+// writes no row of this one, nor does this database's stream carry it, so it cannot leave a
+// gap: a long writer elsewhere on the server does not hold the table back. The running
+// transactions are the snapshot's own (XIP), so one that ended since still counts: it ran
+// unseen by the snapshot. One is let off only when a backend of another database holds it
+// (pg_stat_activity's datid and backend_xid, shown to every role); a prepared transaction, or
+// one that ended before pg_stat_activity was read, is not, and the read fails, to be retried.
+func olderHere(ctx context.Context, tx pgx.Tx, snap *handoff.Snapshot, joined change.XID8) (change.XID8, error) {
+	var older []int64
+	for _, x := range snap.XIP {
+		if x < joined {
+			older = append(older, int64(x))
+		}
+	}
+	if len(older) == 0 {
+		return 0, nil
+	}
+	var here *int64
+	if err := tx.QueryRow(ctx, olderHereSQL, older).Scan(&here); err != nil {
+		return 0, fmt.Errorf("read which database the older transactions belong to: %w", err)
+	}
+	if here == nil {
+		return 0, nil
+	}
+	return change.XID8(*here), nil
 }
 
 func plural(n int64, one, many string) string {

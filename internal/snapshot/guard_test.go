@@ -3,7 +3,9 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +23,9 @@ import (
 // test likes (on the shared server it would hang every other test's commits). With one such
 // commit waiting longer than the look-back, a read fails with sync_standby_stalled before its
 // Sink hears of a snapshot; with a longer look-back it succeeds, and its snapshot does not see
-// the waiting row, which the stream has already handed on: the gap the guard is for. A role
+// the waiting row, which the stream has already handed on: the gap the guard is for. A read in
+// another database of the server is not held back by the commit, which its stream never
+// carries. A role
 // without pg_read_all_stats does not see another role's wait, and GuardAccess says so; one
 // with it does. Once the standby is no longer named the commit completes and reads succeed.
 func TestSyncStandbyStalled(t *testing.T) {
@@ -50,6 +54,14 @@ func TestSyncStandbyStalled(t *testing.T) {
 		u.User = url.User(role)
 		return u.String()
 	}
+	testenv.Exec(t, admin, `CREATE DATABASE elsewhere`)
+	elsewhere, err := url.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere.Path = "/elsewhere"
+	testenv.Exec(t, elsewhere.String(), `CREATE TABLE st (id int PRIMARY KEY)`)
+	elsewherePool, _ := newPool(t, elsewhere.String(), 2)
 	superPool, _ := newPool(t, admin, 2)
 	blindPool, _ := newPool(t, as("blind"), 2)
 	seerPool, _ := newPool(t, as("seer"), 2)
@@ -115,6 +127,7 @@ func TestSyncStandbyStalled(t *testing.T) {
 		{"member of pg_read_all_stats", New(seerPool, short), true},
 		{"blind to other roles", New(blindPool, short), false},
 		{"look-back longer than the wait", New(superPool, Config{Lookback: time.Hour}), false},
+		{"another database's commit waiting", New(elsewherePool, short), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec, err := read(tc.reader)
@@ -183,32 +196,32 @@ func TestSyncStandbyStalled(t *testing.T) {
 // TestTableNotReady: with Request.Joined a transaction id assigned after a writer began, a
 // read fails with table_not_ready while the writer runs, before its Sink hears of a snapshot,
 // and succeeds once it has ended, its rows in the snapshot; without Joined the same read
-// succeeds while the writer runs.
+// succeeds while the writer runs. A writer in another database, older than both, holds
+// nothing back: the refusal names this database's writer, and the read once it has ended
+// succeeds with the other still running.
 func TestTableNotReady(t *testing.T) {
 	url := db(t, `CREATE TABLE nr (id int PRIMARY KEY)`, `INSERT INTO nr VALUES (1)`)
 	pool, _ := newPool(t, url, 2)
 	ctx := ctxFor(t)
-	writer, err := pgx.Connect(ctx, url)
-	if err != nil {
+	var elsewhere, here, joined int64
+	other := testenv.Begin(t, ctx, db(t, `CREATE TABLE w (id int)`), `INSERT INTO w VALUES (1)`)
+	if err := other.QueryRow(ctx, `SELECT pg_current_xact_id()::text::int8`).Scan(&elsewhere); err != nil {
 		t.Fatal(err)
 	}
-	defer writer.Close(context.Background())
-	tx, err := writer.Begin(ctx)
-	if err != nil {
+	tx := testenv.Begin(t, ctx, url, `INSERT INTO nr VALUES (2)`)
+	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text::int8`).Scan(&here); err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `INSERT INTO nr VALUES (2)`); err != nil {
-		t.Fatal(err)
-	}
-	var joined int64
 	queryOne(t, url, `SELECT pg_current_xact_id()::text::int8`, &joined)
 
 	r := New(pool, Config{})
 	req := Request{Table: "public.nr", Columns: []Column{{"id", pgvalue.Int4OID}}, Key: []string{"id"}, Joined: change.XID8(joined)}
 	rec := &recorder{}
-	_, err = r.Read(ctx, req, rec)
+	_, err := r.Read(ctx, req, rec)
 	wantReason(t, err, handoff.ReasonTableNotReady)
+	if want := fmt.Sprintf("transaction %d, which began before that, still runs", here); !strings.Contains(err.Error(), want) {
+		t.Errorf("the refusal %q does not name this database's writer: want %q", err, want)
+	}
 	if len(rec.snaps) != 0 {
 		t.Error("the Sink was given the snapshot of a read the guard refused")
 	}
@@ -229,26 +242,15 @@ func TestTableNotReady(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A snapshot's Xmin is the cluster's: a transaction of another package's test, in another
-	// database of the shared server, that began before Joined holds it back too, and the guard
-	// rightly refuses until it ends. So the read is retried while it says table_not_ready, and
-	// must succeed within waitUntil's minute.
-	waitUntil(t, "a read succeeds once the writer ended", func() bool {
-		rec = &recorder{}
-		_, err := r.Read(ctx, req, rec)
-		if reason, ok := handoff.ReasonOf(err); ok && reason == handoff.ReasonTableNotReady {
-			return false
-		}
-		if err != nil {
-			t.Fatalf("once the writer ended: %v", err)
-		}
-		return true
-	})
+	rec = &recorder{}
+	if _, err := r.Read(ctx, req, rec); err != nil {
+		t.Fatalf("once the writer ended, with another database's older writer running: %v", err)
+	}
 	if got := len(rec.rows()); got != 2 {
 		t.Errorf("%d rows once the writer ended, want its row too", got)
 	}
-	if s := rec.snaps[0]; s.Xmin < change.XID8(joined) {
-		t.Errorf("snapshot %s: Xmin below %d, yet the read was let through", s.String(), joined)
+	if s := rec.snaps[0]; s.Xmin > change.XID8(elsewhere) {
+		t.Errorf("snapshot %s: Xmin past the other database's writer %d, which still runs", s.String(), elsewhere)
 	}
 }
 

@@ -455,7 +455,7 @@ func (rd *read) run(parent context.Context) (last []change.Row, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := rd.guard(&snap, stalled); err != nil {
+	if err := rd.guard(ctx, tx, &snap, stalled); err != nil {
 		return nil, err
 	}
 	if err := rd.sink.Snapshot(snap); err != nil {

@@ -85,11 +85,13 @@ func firstSQL(lookback time.Duration) string {
 	return handoff.FirstStatement + ", " + stalledColumn(lookback)
 }
 
-// stalledColumn counts the transactions waiting for a synchronous standby (wait event SyncRep:
-// committed, streamed, and not yet visible) whose transaction began more than lookback ago, as
-// far as the role may see them (pg_stat_activity shows another role's wait only to a role with
-// pg_read_all_stats's privileges). With no synchronous standby named it is 0, and
-// pg_stat_activity is not read: a CASE evaluates a subquery only on the branch taken.
+// stalledColumn counts the transactions of this database waiting for a synchronous standby
+// (wait event SyncRep: committed, streamed, and not yet visible) whose transaction began more
+// than lookback ago, as far as the role may see them (pg_stat_activity shows another role's
+// wait only to a role with pg_read_all_stats's privileges). Another database's commits are
+// never in this database's stream, so its stalled ones cannot be missed. With no synchronous
+// standby named it is 0, and pg_stat_activity is not read: a CASE evaluates a subquery only on
+// the branch taken.
 //
 // The transaction's start, not the wait's, is what pg_stat_activity shows: a transaction that
 // began long ago and has only just started waiting counts too, which errs on the side of
@@ -99,9 +101,20 @@ func firstSQL(lookback time.Duration) string {
 func stalledColumn(lookback time.Duration) string {
 	ms := max(lookback.Milliseconds(), 1)
 	return `CASE WHEN current_setting('synchronous_standby_names') = '' THEN 0 ELSE ` +
-		`(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'SyncRep' ` +
+		`(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'SyncRep' AND datid = ` + thisDatabase + ` ` +
 		`AND xact_start < now() - interval '` + strconv.FormatInt(ms, 10) + ` milliseconds') END`
 }
+
+// thisDatabase is the OID of the database the connection is in: pg_stat_activity's datid.
+const thisDatabase = `(SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())`
+
+// olderHereSQL gives the oldest of the transactions $1 (xid8 values, as int8) that no backend
+// of another database holds, or NULL when every one is another database's. pg_stat_activity
+// shows each backend's database and top-level transaction id to every role; the 32-bit id
+// (xid) names one transaction among those running, which span less than 2^31 ids.
+const olderHereSQL = `SELECT min(x) FROM unnest($1::int8[]) AS x ` +
+	`WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a ` +
+	`WHERE a.backend_xid = pg_catalog.xid(x::text::xid8) AND a.datid IS DISTINCT FROM ` + thisDatabase + `)`
 
 // accessSQL reads what the sync-standby guard can see (GuardAccess): the synchronous standbys
 // named, the role, and whether it has pg_read_all_stats's privileges, without which

@@ -118,13 +118,13 @@ func TestSetupSQL(t *testing.T) {
 	}
 }
 
-// TestFirstSQL pins the first statement: handoff's, then the sync-standby guard's count, the
-// look-back in whole milliseconds and never less than one.
+// TestFirstSQL pins the first statement: handoff's, then the sync-standby guard's count of this
+// database's stalled commits, the look-back in whole milliseconds and never less than one.
 func TestFirstSQL(t *testing.T) {
 	guard := func(ms string) string {
 		return handoff.FirstStatement + `, CASE WHEN current_setting('synchronous_standby_names') = '' THEN 0 ELSE ` +
 			`(SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE wait_event = 'SyncRep' ` +
-			`AND xact_start < now() - interval '` + ms + ` milliseconds') END`
+			`AND datid = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) AND xact_start < now() - interval '` + ms + ` milliseconds') END`
 	}
 	tests := []struct {
 		name     string
