@@ -156,9 +156,9 @@ func (c *Config) Validate() error {
 	if d.SilenceTimeout <= d.StatusInterval {
 		return bad("the silence timeout must be longer than the status interval", "raise changefeed.silence_timeout above changefeed.status_interval")
 	}
-	if d.ReadLinger > maxReadLinger {
-		return bad(fmt.Sprintf("the read linger %s is longer than %s", d.ReadLinger, maxReadLinger),
-			"set Config.ReadLinger to a few hundred microseconds at most, or negative to turn it off")
+	if d.ReadLinger > MaxReadLinger {
+		return bad(fmt.Sprintf("the read linger %s is longer than %s", d.ReadLinger, MaxReadLinger),
+			"set changefeed.read_linger to a few hundred microseconds at most, or 0s to turn it off (Config.ReadLinger: negative)")
 	}
 	if d.BackoffMax < d.BackoffMin {
 		return bad("backoff max is below backoff min", "raise Config.BackoffMax above Config.BackoffMin")

@@ -8,9 +8,9 @@ import (
 // DefaultReadLinger is Config.ReadLinger's default.
 const DefaultReadLinger = 100 * time.Microsecond
 
-// maxReadLinger bounds Config.ReadLinger: a longer wait would let the server's socket buffer
+// MaxReadLinger bounds Config.ReadLinger: a longer wait would let the server's socket buffer
 // fill, so that it waits on us, and would hold a stop for as long.
-const maxReadLinger = time.Millisecond
+const MaxReadLinger = time.Millisecond
 
 // receiver is what the reader goroutine tells the replication connection's socket: whether the
 // stream is in the middle of a transaction, and so whether the socket lingers.

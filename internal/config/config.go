@@ -227,6 +227,9 @@ type ChangefeedSection struct {
 	MaxTxnBytes Size `yaml:"max_txn_bytes"`
 	// QueueTxns bounds the committed transactions waiting to be delivered.
 	QueueTxns int `yaml:"queue_txns"`
+	// ReadLinger is how long a read of the replication connection waits before reading again
+	// when it emptied the socket in the middle of a transaction (Linux); 0s turns it off.
+	ReadLinger time.Duration `yaml:"read_linger"`
 	// HistoryBytes and HistoryAge bound what the node keeps of the changes it routed, so a
 	// table subscription resuming from a position inside it is handed what it missed.
 	HistoryBytes Size          `yaml:"history_bytes"`
@@ -320,6 +323,7 @@ func Default() *Config {
 			SilenceTimeout: 30 * time.Second,
 			MaxTxnBytes:    256 * MiB,
 			QueueTxns:      64,
+			ReadLinger:     changefeed.DefaultReadLinger,
 			HistoryBytes:   64 * MiB,
 			HistoryAge:     10 * time.Minute,
 			LagWarnBytes:   GiB,
@@ -390,6 +394,12 @@ func (c *Config) ChangefeedEnabled() bool { return c.ChangefeedSection.DatabaseU
 // key (leader poll, backoff) keep changefeed's defaults.
 func (c *Config) Changefeed() changefeed.Config {
 	s := c.ChangefeedSection
+	linger := s.ReadLinger
+	if linger == 0 {
+		// In the file 0s turns the linger off; in changefeed.Config zero means the default
+		// and a negative value means none.
+		linger = -1
+	}
 	return changefeed.Config{
 		DatabaseURL:        s.DatabaseURL,
 		Slot:               s.Slot,
@@ -403,6 +413,7 @@ func (c *Config) Changefeed() changefeed.Config {
 		SilenceTimeout:     s.SilenceTimeout,
 		MaxTxnBytes:        int(s.MaxTxnBytes),
 		QueueTxns:          s.QueueTxns,
+		ReadLinger:         linger,
 	}
 }
 

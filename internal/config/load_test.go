@@ -115,6 +115,7 @@ changefeed:
   silence_timeout: 20s
   max_txn_bytes: 1GiB
   queue_txns: 8
+  read_linger: 50us
   history_bytes: 32MiB
   history_age: 5m
   lag_warn_bytes: 64MiB
@@ -206,6 +207,7 @@ func fullConfig() *Config {
 			SilenceTimeout:     20 * time.Second,
 			MaxTxnBytes:        GiB,
 			QueueTxns:          8,
+			ReadLinger:         50 * time.Microsecond,
 			HistoryBytes:       32 * MiB,
 			HistoryAge:         5 * time.Minute,
 			LagWarnBytes:       64 * MiB,

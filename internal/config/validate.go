@@ -68,13 +68,18 @@ func mustKey(name string) Key {
 	return k
 }
 
+// zeroMeans are the keys for which zero has a meaning of its own, each checked elsewhere:
+// auth.leeway (no skew), channels.history_size (no history: checkChannels),
+// limits.sse_resume_window (no ended stream kept: checkLimits) and changefeed.read_linger (no
+// linger: checkChangefeed).
+var zeroMeans = []string{"auth.leeway", "channels.history_size", "limits.sse_resume_window", "changefeed.read_linger"}
+
 // checkPositive refuses a zero or negative number, size or duration for every key but
-// auth.leeway (where 0s means no skew), channels.history_size (where 0 means no history:
-// checkChannels) and limits.sse_resume_window (where 0s keeps no ended stream: checkLimits). Nothing else here has a meaning for zero, and a zero limit would refuse
+// zeroMeans. Nothing else here has a meaning for zero, and a zero limit would refuse
 // everything while looking like "unlimited".
 func (c *Config) checkPositive() error {
 	for _, k := range keys() {
-		if k.Name == "auth.leeway" || k.Name == "channels.history_size" || k.Name == "limits.sse_resume_window" {
+		if slices.Contains(zeroMeans, k.Name) {
 			continue
 		}
 		switch k.typ {
@@ -358,6 +363,10 @@ func (c *Config) checkChangefeed() error {
 			}
 		}
 		return nil
+	}
+	if k := mustKey("changefeed.read_linger"); s.ReadLinger < 0 || s.ReadLinger > changefeed.MaxReadLinger {
+		return c.bad(k.Name, fmt.Sprintf("is %s, want 0s (no linger) to %s: a longer wait lets the server's socket buffer fill, and it stops sending", s.ReadLinger, changefeed.MaxReadLinger),
+			k.fix("a duration of 0s to "+changefeed.MaxReadLinger.String(), changefeed.DefaultReadLinger.String()))
 	}
 	if s.SilenceTimeout <= s.StatusInterval {
 		k := mustKey("changefeed.silence_timeout")

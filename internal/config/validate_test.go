@@ -130,6 +130,9 @@ func TestValidate(t *testing.T) {
 		{name: "zero status interval", change: func(c *Config) { c.ChangefeedSection.StatusInterval = 0 }, wantKey: "changefeed.status_interval"},
 		{name: "zero txn bytes", change: func(c *Config) { c.ChangefeedSection.MaxTxnBytes = 0 }, wantKey: "changefeed.max_txn_bytes"},
 		{name: "zero queue", change: func(c *Config) { c.ChangefeedSection.QueueTxns = 0 }, wantKey: "changefeed.queue_txns"},
+		{name: "negative read linger", change: func(c *Config) { c.ChangefeedSection.ReadLinger = -time.Microsecond }, wantKey: "changefeed.read_linger",
+			wantDetail: "want 0s (no linger) to 1ms", wantFix: []string{"HERALD_CHANGEFEED_READ_LINGER=100µs"}},
+		{name: "read linger too long", change: func(c *Config) { c.ChangefeedSection.ReadLinger = 2 * time.Millisecond }, wantKey: "changefeed.read_linger"},
 		{name: "malformed password escape", change: func(c *Config) {
 			c.ChangefeedSection.DatabaseURL = "postgres://herald:" + testDBPass + "%zz@db/app?sslmode=verify-full"
 		}, wantKey: "changefeed.database_url", wantDetail: "percent-escape in its password", wantFix: []string{"HERALD_CHANGEFEED_DATABASE_URL"}},
@@ -288,6 +291,26 @@ func TestConversions(t *testing.T) {
 			c.AuthSection.Leeway = tt.in
 			if got := c.Auth().Leeway; got != tt.want {
 				t.Errorf("leeway %s: Auth().Leeway = %s, want %s", tt.in, got, tt.want)
+			}
+		}
+	})
+
+	t.Run("changefeed read linger", func(t *testing.T) {
+		for _, tt := range []struct {
+			in, want time.Duration
+		}{
+			{0, -1}, // off: changefeed reads zero as its default
+			{50 * time.Microsecond, 50 * time.Microsecond},
+			{changefeed.DefaultReadLinger, changefeed.DefaultReadLinger},
+		} {
+			c := Default()
+			c.ChangefeedSection.DatabaseURL = testDBURL
+			c.ChangefeedSection.ReadLinger = tt.in
+			if got := c.Changefeed().ReadLinger; got != tt.want {
+				t.Errorf("read_linger %s: Changefeed().ReadLinger = %s, want %s", tt.in, got, tt.want)
+			}
+			if err := c.Validate(); err != nil {
+				t.Errorf("read_linger %s: %v", tt.in, err)
 			}
 		}
 	})
