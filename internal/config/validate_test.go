@@ -247,7 +247,7 @@ func TestConversions(t *testing.T) {
 			DatabaseURL: testDBURL, Slot: "herald_main", Publication: "herald_pub",
 			Tables: []string{"items", "public.orders"}, FullIdentityTables: []string{"public.items"},
 			TenantColumn: "org_id", WriteTagPrefix: "app.write", MessagePrefixes: []string{"*"},
-			StatusInterval: 5 * time.Second, SilenceTimeout: 20 * time.Second, MaxTxnBytes: 1 << 30, QueueTxns: 8,
+			StatusInterval: 5 * time.Second, SilenceTimeout: 20 * time.Second, MaxTxnBytes: 1 << 30, QueueTxns: 8, ReadLinger: 50 * time.Microsecond,
 		}
 		if d := cmp.Diff(want, got); d != "" {
 			t.Errorf("Changefeed() mismatch (-want +got):\n%s", d)
@@ -303,8 +303,7 @@ func TestConversions(t *testing.T) {
 			{50 * time.Microsecond, 50 * time.Microsecond},
 			{changefeed.DefaultReadLinger, changefeed.DefaultReadLinger},
 		} {
-			c := Default()
-			c.ChangefeedSection.DatabaseURL = testDBURL
+			c := fullConfig()
 			c.ChangefeedSection.ReadLinger = tt.in
 			if got := c.Changefeed().ReadLinger; got != tt.want {
 				t.Errorf("read_linger %s: Changefeed().ReadLinger = %s, want %s", tt.in, got, tt.want)
