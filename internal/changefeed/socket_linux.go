@@ -114,7 +114,7 @@ func openSocket(fd int, laddr, raddr net.Addr, rx *receiver) (*socket, error) {
 		_ = unix.Close(ww)
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	return &socket{fd: fd, laddr: laddr, raddr: raddr, rx: rx, pause: pause, epoch: time.Now(),
+	return &socket{fd: fd, laddr: laddr, raddr: raddr, rx: rx, pause: func(d time.Duration) { pause(d) }, epoch: time.Now(),
 		wakeRead: wr, wakeWrite: ww}, nil
 }
 
@@ -292,8 +292,10 @@ func (s *socket) opError(op string, err error) error {
 // pause sleeps for d with a raw nanosleep(2): the goroutine keeps its P and the runtime is not
 // involved (a Go timer this short wakes the poller, and an ordinary sleeping system call is
 // retaken by the monitor thread after 20 µs, both of which cost more than the sleep saves). A
-// signal ends it early, which only shortens the linger.
-func pause(d time.Duration) {
+// signal ends it early, which only shortens the linger and lets the runtime's preemption or a
+// stop for the collector through at once; interrupted says one did.
+func pause(d time.Duration) (interrupted bool) {
 	ts := syscall.NsecToTimespec(int64(d))
-	syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+	_, _, e := syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return e == syscall.EINTR
 }
