@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -284,6 +285,38 @@ func (in *Inspector) Slot(ctx context.Context, database string) (Slot, error) {
 	}
 	return Slot{Name: in.cfg.Slot, Exists: s.exists, Active: s.active, ActivePID: s.activePID, WALStatus: s.walStatus,
 		Confirmed: s.confirmed, WALEnd: s.walEnd, SafeWALSize: s.safeWALSize, s: s, cfg: &in.cfg, database: database}, nil
+}
+
+// Prepared is a transaction prepared for two-phase commit (PREPARE TRANSACTION) in the
+// database, and not yet committed or rolled back (COMMIT PREPARED, ROLLBACK PREPARED). Until
+// it is, logical decoding holds it as running: the slot's restart point cannot pass its start,
+// so the server keeps the WAL from there, and its changes reach no client.
+type Prepared struct {
+	// GID is the name it was prepared under, what COMMIT PREPARED takes.
+	GID string
+	// Owner is the role that prepared it.
+	Owner string
+	// Age is how long ago it was prepared, by the server's clock.
+	Age time.Duration
+}
+
+// preparedSQL lists the database's prepared transactions, oldest first. pg_prepared_xacts is
+// readable by every role.
+const preparedSQL = `SELECT gid, owner::text, extract(epoch FROM now() - prepared)::float8
+  FROM pg_catalog.pg_prepared_xacts WHERE database = current_database() ORDER BY prepared`
+
+// Prepared reads the database's prepared transactions, oldest first.
+func (in *Inspector) Prepared(ctx context.Context) ([]Prepared, error) {
+	rows, err := query(ctx, in.conn, preparedSQL)
+	if err != nil {
+		return nil, pgError(StagePreflight, "read prepared transactions", err)
+	}
+	out := make([]Prepared, 0, len(rows))
+	for _, r := range rows {
+		secs, _ := strconv.ParseFloat(string(r[2]), 64)
+		out = append(out, Prepared{GID: string(r[0]), Owner: string(r[1]), Age: time.Duration(secs * float64(time.Second))})
+	}
+	return out, nil
 }
 
 // Check refuses a slot no feed can stream from: of another kind or database, lost, or decoding

@@ -50,7 +50,7 @@ var IDs = []string{
 	"postgres.connect", "postgres.tls", "postgres.version", "postgres.wal_level", "postgres.role",
 	"postgres.sync_standby",
 	"postgres.replication_slots", "postgres.wal_senders", "postgres.publication", "postgres.table",
-	"postgres.replica_identity", "postgres.slot", "postgres.slot_lag", "postgres.session", "postgres.encoding",
+	"postgres.replica_identity", "postgres.slot", "postgres.slot_lag", "postgres.prepared_xacts", "postgres.session", "postgres.encoding",
 	"config.policy",
 	"redis.connect", "redis.version", "redis.cluster", "redis.maxmemory_policy", "redis.key_layout",
 }

@@ -106,6 +106,11 @@ func checkPostgres(ctx context.Context, r *Report, c *config.Config) map[string]
 	if slotErr == nil {
 		checkSlot(r, c, slot)
 	}
+	if prepared, err := in.Prepared(ctx); err != nil {
+		r.failErr("postgres.prepared_xacts", "", err, "")
+	} else {
+		checkPrepared(r, s.Database, prepared)
+	}
 	if err := in.CheckSession(ctx); err != nil {
 		r.failErr("postgres.session", "", err, "")
 	} else {
@@ -316,6 +321,42 @@ func checkSlot(r *Report, c *config.Config, slot changefeed.Slot) {
 		fix = "the stream is live but behind: read herald serve's logs and herald_changefeed_lag_bytes; raise changefeed.lag_warn_bytes if this lag is expected"
 	}
 	r.warn("postgres.slot_lag", name, fmt.Sprintf("slot %q holds back %s of WAL (%s), past changefeed.lag_warn_bytes (%s): Postgres keeps it on disk until the slot confirms past it", name, bytesText(lag), at, config.Size(limit)), fix)
+}
+
+// preparedWarnAge is how old a prepared transaction may be before postgres.prepared_xacts
+// warns: a transaction manager commits or rolls back what it prepared within moments, so one
+// this old is most often abandoned.
+const preparedWarnAge = time.Minute
+
+// checkPrepared reports postgres.prepared_xacts: no transaction prepared for two-phase commit
+// in the database has waited past preparedWarnAge. Until one is committed or rolled back, the
+// slot's restart point cannot pass its start (the server keeps the WAL from there), its changes
+// reach no client, and a snapshot of a table that joined the publication since ends with
+// table_not_ready.
+func checkPrepared(r *Report, database string, prepared []changefeed.Prepared) {
+	var old []changefeed.Prepared
+	for _, p := range prepared {
+		if p.Age >= preparedWarnAge {
+			old = append(old, p)
+		}
+	}
+	if len(old) == 0 {
+		detail := fmt.Sprintf("no transaction is prepared for two-phase commit in database %q", database)
+		if len(prepared) > 0 {
+			detail = fmt.Sprintf("%d %s prepared for two-phase commit in database %q, none older than %s", len(prepared),
+				plural(len(prepared), "transaction is", "transactions are"), database, preparedWarnAge)
+		}
+		r.ok("postgres.prepared_xacts", "", detail)
+		return
+	}
+	first := old[0] // the oldest: Prepared lists them oldest first
+	gid := "'" + strings.ReplaceAll(first.GID, "'", "''") + "'"
+	r.warn("postgres.prepared_xacts", "", fmt.Sprintf("%d %s prepared for two-phase commit in database %q more than %s ago, the oldest %s by role %q %s ago: "+
+		"until it is committed or rolled back, the slot cannot move its restart point past it (Postgres keeps the WAL from there), its changes reach no client, "+
+		"and a snapshot of a table that joined the publication since ends with table_not_ready",
+		len(old), plural(len(old), "transaction was", "transactions were"), database, preparedWarnAge, gid, first.Owner, first.Age.Round(time.Second)),
+		"finish it from the transaction manager that prepared it; if it is abandoned, as a superuser or its owner: COMMIT PREPARED "+gid+"; or ROLLBACK PREPARED "+gid+
+			"; (list them: SELECT gid, prepared, owner FROM pg_prepared_xacts WHERE database = current_database();)")
 }
 
 // checkEncoding reports postgres.encoding: the database's text reaches clients as UTF-8.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/heraldrt/herald/internal/changefeed"
 	"github.com/heraldrt/herald/internal/devpg"
 	"github.com/heraldrt/herald/internal/testenv"
 )
@@ -344,5 +345,57 @@ func TestPostgresPasswordNeverShown(t *testing.T) {
 				want(t, r, "config.values", "changefeed.database_url", Fail, "percent-encode the password")
 			}
 		})
+	}
+}
+
+// TestPostgresPrepared runs a Postgres of its own that allows two-phase commit: a transaction
+// prepared in Herald's database is read with its gid and owner, and counted; one prepared in
+// another database is not. (Its warning, for one older than preparedWarnAge, is
+// TestPreparedRule's.)
+func TestPostgresPrepared(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := devpg.Start(ctx, devpg.Config{BinDir: testenv.PostgresBin(t), Settings: map[string]string{"max_prepared_transactions": "4"}})
+	if err != nil {
+		t.Fatalf("start a second Postgres: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Errorf("stop the second Postgres: %v", err)
+		}
+	})
+	testenv.Exec(t, s.URL(), itemsTable, `CREATE PUBLICATION herald FOR TABLE items`, `CREATE DATABASE elsewhere`)
+	p := pgConf{url: s.URL(), slot: "herald", tables: []string{"items"}}
+	if c := want(t, run(t, p.yaml(), nil), "postgres.prepared_xacts", "", OK); !strings.Contains(c.Detail, "no transaction is prepared") {
+		t.Errorf("with none prepared: %q", c.Detail)
+	}
+
+	elsewhere, err := url.Parse(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere.Path = "/elsewhere"
+	testenv.Exec(t, elsewhere.String(), `CREATE TABLE w (id int)`, `BEGIN`, `INSERT INTO w VALUES (1)`, `PREPARE TRANSACTION 'there'`)
+	testenv.Exec(t, s.URL(), `BEGIN`, `INSERT INTO items VALUES (1, 'acme', 1)`, `PREPARE TRANSACTION 'here'`)
+	t.Cleanup(func() {
+		testenv.Exec(t, s.URL(), `ROLLBACK PREPARED 'here'`)
+		testenv.Exec(t, elsewhere.String(), `ROLLBACK PREPARED 'there'`)
+	})
+
+	c := want(t, run(t, p.yaml(), nil), "postgres.prepared_xacts", "", OK)
+	if !strings.Contains(c.Detail, "1 transaction is prepared") {
+		t.Errorf("detail %q, want the one prepared in Herald's database alone", c.Detail)
+	}
+	in, err := changefeed.Inspect(ctx, changefeed.Config{DatabaseURL: s.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close(context.Background())
+	got, err := in.Prepared(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].GID != "here" || got[0].Owner != "postgres" || got[0].Age < 0 || got[0].Age > time.Minute {
+		t.Errorf("Prepared() = %+v, want the one named here, owned by postgres, just prepared", got)
 	}
 }

@@ -1,7 +1,9 @@
 package doctor
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldrt/herald/internal/changefeed"
 )
@@ -81,6 +83,37 @@ func TestSyncStandbyRule(t *testing.T) {
 			r := &Report{}
 			checkSyncStandby(r, tt.s)
 			want(t, r, "postgres.sync_standby", "", tt.status, tt.fix...)
+		})
+	}
+}
+
+// TestPreparedRule: prepared transactions judged without a server: a warning only for one
+// prepared at least preparedWarnAge ago, naming the oldest, with its gid quoted in the fix.
+func TestPreparedRule(t *testing.T) {
+	young := changefeed.Prepared{GID: "young", Owner: "app", Age: time.Second}
+	old := changefeed.Prepared{GID: "it's old", Owner: "app", Age: 2 * time.Hour}
+	older := changefeed.Prepared{GID: "older", Owner: "batch", Age: 3 * time.Hour}
+	for _, tt := range []struct {
+		name     string
+		prepared []changefeed.Prepared
+		status   Status
+		detail   string
+		fix      []string
+	}{
+		{"none", nil, OK, "no transaction is prepared", nil},
+		{"a young one", []changefeed.Prepared{young}, OK, "1 transaction is prepared", nil},
+		{"just at the age", []changefeed.Prepared{{GID: "g", Age: preparedWarnAge}}, Warn, "1 transaction was prepared", []string{"COMMIT PREPARED 'g';"}},
+		{"old ones and a young one", []changefeed.Prepared{older, old, young}, Warn, `2 transactions were prepared for two-phase commit in database "app" more than 1m0s ago, the oldest 'older' by role "batch" 3h0m0s ago`,
+			[]string{"COMMIT PREPARED 'older';", "ROLLBACK PREPARED 'older';", "pg_prepared_xacts"}},
+		{"a quote in the gid", []changefeed.Prepared{old}, Warn, "'it''s old'", []string{"ROLLBACK PREPARED 'it''s old';"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Report{}
+			checkPrepared(r, "app", tt.prepared)
+			c := want(t, r, "postgres.prepared_xacts", "", tt.status, tt.fix...)
+			if !strings.Contains(c.Detail, tt.detail) {
+				t.Errorf("detail %q, want it to hold %q", c.Detail, tt.detail)
+			}
 		})
 	}
 }

@@ -55,9 +55,9 @@
 // which the stream carries. Another database's transactions write none of this one's rows and
 // are not in its stream, so a long writer elsewhere on the server holds nothing back. The
 // check costs nothing while the snapshot's Xmin has reached Joined; below it, one more
-// statement asks pg_stat_activity which database holds each older running transaction, and
-// any it cannot place elsewhere (a prepared transaction, or one that has just ended, unseen by
-// the snapshot) refuses the read. Nor must the router first have routed the join's commit: the
+// statement asks pg_stat_activity and pg_prepared_xacts which database holds each older
+// running transaction, and any it cannot place elsewhere (one that has just ended, unseen by
+// the snapshot, included) refuses the read. Nor must the router first have routed the join's commit: the
 // join committed before Joined was assigned, so before the snapshot and its Bound, and the
 // hand-off goes live only once the stream has passed Bound.
 //

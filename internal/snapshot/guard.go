@@ -42,8 +42,9 @@ func (rd *read) guard(ctx context.Context, tx pgx.Tx, snap *handoff.Snapshot, st
 // gap: a long writer elsewhere on the server does not hold the table back. The running
 // transactions are the snapshot's own (XIP), so one that ended since still counts: it ran
 // unseen by the snapshot. One is let off only when a backend of another database holds it
-// (pg_stat_activity's datid and backend_xid, shown to every role); a prepared transaction, or
-// one that ended before pg_stat_activity was read, is not, and the read fails, to be retried.
+// (pg_stat_activity's datid and backend_xid, shown to every role) or another database has
+// prepared it (pg_prepared_xacts); one that ended before they were read is not, and the read
+// fails, to be retried.
 func olderHere(ctx context.Context, tx pgx.Tx, snap *handoff.Snapshot, joined change.XID8) (change.XID8, error) {
 	var older []int64
 	for _, x := range snap.XIP {

@@ -268,3 +268,50 @@ func queryOne(t *testing.T, url, sql string, dst ...any) {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
+
+// TestTableNotReadyPrepared runs a Postgres of its own that allows two-phase commit: a
+// transaction prepared in this database before Joined holds the table back until it is rolled
+// back; one prepared in another database does not.
+func TestTableNotReadyPrepared(t *testing.T) {
+	ctx := ctxFor(t)
+	srv, err := devpg.Start(ctx, devpg.Config{BinDir: testenv.PostgresBin(t), Settings: map[string]string{"max_prepared_transactions": "4"}})
+	if err != nil {
+		t.Fatalf("start a Postgres of the test's own: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(context.Background()); err != nil {
+			t.Errorf("stop the test's Postgres: %v", err)
+		}
+	})
+	here := srv.URL()
+	elsewhere, err := url.Parse(here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere.Path = "/elsewhere"
+	testenv.Exec(t, here, `CREATE TABLE nr (id int PRIMARY KEY)`, `INSERT INTO nr VALUES (1)`, `CREATE DATABASE elsewhere`)
+	testenv.Exec(t, elsewhere.String(), `CREATE TABLE w (id int)`, `BEGIN`, `INSERT INTO w VALUES (1)`, `PREPARE TRANSACTION 'there'`)
+	t.Cleanup(func() { testenv.Exec(t, elsewhere.String(), `ROLLBACK PREPARED 'there'`) })
+	testenv.Exec(t, here, `BEGIN`, `INSERT INTO nr VALUES (2)`, `PREPARE TRANSACTION 'here'`)
+	var mine, joined int64
+	queryOne(t, here, `SELECT transaction::text::int8 FROM pg_prepared_xacts WHERE gid = 'here'`, &mine)
+	queryOne(t, here, `SELECT pg_current_xact_id()::text::int8`, &joined)
+
+	pool, _ := newPool(t, here, 2)
+	r := New(pool, Config{})
+	req := Request{Table: "public.nr", Columns: []Column{{"id", pgvalue.Int4OID}}, Key: []string{"id"}, Joined: change.XID8(joined)}
+	_, err = r.Read(ctx, req, &recorder{})
+	wantReason(t, err, handoff.ReasonTableNotReady)
+	if want := fmt.Sprintf("transaction %d, which began before that", mine); !strings.Contains(err.Error(), want) {
+		t.Errorf("the refusal %q does not name the transaction prepared here: want %q", err, want)
+	}
+
+	testenv.Exec(t, here, `ROLLBACK PREPARED 'here'`)
+	rec := &recorder{}
+	if _, err := r.Read(ctx, req, rec); err != nil {
+		t.Fatalf("with only another database's prepared transaction left: %v", err)
+	}
+	if got := len(rec.rows()); got != 1 {
+		t.Errorf("%d rows, want the one committed", got)
+	}
+}

@@ -108,13 +108,16 @@ func stalledColumn(lookback time.Duration) string {
 // thisDatabase is the OID of the database the connection is in: pg_stat_activity's datid.
 const thisDatabase = `(SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())`
 
-// olderHereSQL gives the oldest of the transactions $1 (xid8 values, as int8) that no backend
-// of another database holds, or NULL when every one is another database's. pg_stat_activity
-// shows each backend's database and top-level transaction id to every role; the 32-bit id
-// (xid) names one transaction among those running, which span less than 2^31 ids.
+// olderHereSQL gives the oldest of the transactions $1 (xid8 values, as int8) that neither a
+// backend of another database holds nor another database has prepared, or NULL when every one
+// is another database's. pg_stat_activity shows each backend's database and top-level
+// transaction id to every role, and pg_prepared_xacts each prepared transaction's; the 32-bit
+// id (xid) names one transaction among those running, which span less than 2^31 ids.
 const olderHereSQL = `SELECT min(x) FROM unnest($1::int8[]) AS x ` +
 	`WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a ` +
-	`WHERE a.backend_xid = pg_catalog.xid(x::text::xid8) AND a.datid IS DISTINCT FROM ` + thisDatabase + `)`
+	`WHERE a.backend_xid = pg_catalog.xid(x::text::xid8) AND a.datid IS DISTINCT FROM ` + thisDatabase + `) ` +
+	`AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_prepared_xacts p ` +
+	`WHERE p.transaction = pg_catalog.xid(x::text::xid8) AND p.database <> current_database())`
 
 // accessSQL reads what the sync-standby guard can see (GuardAccess): the synchronous standbys
 // named, the role, and whether it has pg_read_all_stats's privileges, without which
