@@ -16,7 +16,10 @@
 // token: ChannelInterest names them for a channel pattern; a table's owner is TableOwner, its
 // token the router's. The node is the socket of all its rows: Watch files a row, the function
 // it returns removes it, and the node renews its rows every Config.RowTTL/4, filing again
-// what the store lost and telling the subscriptions that depended on it.
+// what the store lost and telling the subscriptions that depended on it. Replicate sends each
+// change to the nodes holding one of its tokens, but a truncate (which empties the table under
+// every subscription, whatever value it pins), an overflow, and a change whose tokens the
+// router could not name go to every node holding the table (Interest.Sockets).
 //
 // # Goroutines
 //

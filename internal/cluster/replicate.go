@@ -163,8 +163,23 @@ func (n *Node) routeTable(ctx context.Context, txn *change.Txn, table, owner str
 		return nil
 	}
 	p := newProbe(gen, all, flags, nil)
+	var holders []string // every node holding the table, read for the first truncate
+	held := false
 	for k, i := range idx {
-		nodes, err := n.nodesFor(ctx, n.tcache, owner, p, tokens[k])
+		var nodes []string
+		var err error
+		if txn.Events[i].Op == change.Truncate {
+			// A truncate empties the table under every subscription, whatever value its
+			// filter pins, so every node holding the table gets it, not only those holding
+			// its one token (AnyToken).
+			if !held {
+				holders, err = n.cfg.Interest.Sockets(ctx, owner)
+				held = err == nil
+			}
+			nodes = holders
+		} else {
+			nodes, err = n.nodesFor(ctx, n.tcache, owner, p, tokens[k])
+		}
 		if err != nil {
 			return fmt.Errorf("cluster: route %s at %s: %w", table, txn.CommitLSN, err)
 		}

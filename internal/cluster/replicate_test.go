@@ -234,6 +234,37 @@ func TestReplicateOverflow(t *testing.T) {
 	}
 }
 
+// TestReplicateTruncate checks that a truncate reaches every node holding its table, those
+// whose subscriptions pin one value (B: orders whose id is 1; E: items whose id is 6) too: it
+// empties the table under all of them.
+func TestReplicateTruncate(t *testing.T) {
+	rp := newReplication(t)
+	txn := testTxn()
+	base := txn.Events[0]
+	truncate := func(table string) change.Event {
+		return change.Event{Table: table, Op: change.Truncate, LSN: base.LSN, TxID: base.TxID, CommitTime: base.CommitTime, WriteTag: base.WriteTag}
+	}
+	txn.Events = []change.Event{
+		txn.Events[0],             // an insert of order 1: B and C
+		truncate("public.orders"), // B and C
+		truncate("public.items"),  // D and E
+	}
+	if err := rp.r.Replicate(context.Background(), txn); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]*change.Txn{
+		"B": {only(txn, 0, 1)},
+		"C": {only(txn, 0, 1)},
+		"D": {only(txn, 2)},
+		"E": {only(txn, 2)},
+	}
+	for _, node := range []string{"B", "C", "D", "E", "R"} {
+		if diff := cmp.Diff(want[node], rp.txnsTo(t, node)); diff != "" {
+			t.Errorf("sent to %s (-want +got):\n%s", node, diff)
+		}
+	}
+}
+
 // TestReplicateNothingToSend checks that a transaction no other node wants is routed here and
 // not flushed: there is nothing to wait for.
 func TestReplicateNothingToSend(t *testing.T) {

@@ -153,7 +153,7 @@ func TestChannelInterest(t *testing.T) {
 
 // TestTablesAcrossNodes: two nodes stream one database; one replicates, and a subscriber on
 // either gets its changes, filtered, in commit order. The node without a subscription to a
-// value receives no change of it.
+// value receives no change of it, but a truncate reaches every node holding the table.
 func TestTablesAcrossNodes(t *testing.T) {
 	url := testenv.NewDatabase(t)
 	testenv.Exec(t, url, itemsDDL)
@@ -190,10 +190,10 @@ func TestTablesAcrossNodes(t *testing.T) {
 		}
 		testenv.Exec(t, url, fmt.Sprintf(`INSERT INTO items (id, org_id) VALUES (%d, '%s')`, i, org))
 	}
-	testenv.Exec(t, url, `UPDATE items SET title = 't' WHERE id = 1`, `DELETE FROM items WHERE id = 2`)
+	testenv.Exec(t, url, `UPDATE items SET title = 't' WHERE id = 1`, `DELETE FROM items WHERE id = 2`, `TRUNCATE items`)
 	want := map[string][]string{
-		"all":  {"insert:1", "insert:2", "insert:3", "insert:4", "insert:5", "update:1", "delete:2"},
-		"acme": {"insert:1", "insert:3", "insert:5", "update:1"},
+		"all":  {"insert:1", "insert:2", "insert:3", "insert:4", "insert:5", "update:1", "delete:2", "truncate:"},
+		"acme": {"insert:1", "insert:3", "insert:5", "update:1", "truncate:"}, // a truncate empties every filter's view
 	}
 	for c, sub := range map[*client]string{all: "all", acme: "acme"} {
 		var got []string
@@ -217,9 +217,10 @@ func TestTablesAcrossNodes(t *testing.T) {
 			t.Errorf("%s got %v, want %v", sub, got, want[sub])
 		}
 	}
-	// The acme node was sent only acme's changes: 4 of the 7 went there, in 4 transactions.
-	if got := followers[1].srv.peers.node.Stats().Received[cluster.KindTable]; got != 4 {
-		t.Errorf("the filtered subscriber's node received %d transactions, want 4", got)
+	// The acme node was sent only acme's changes and the truncate: 5 of the 8 went there, in 5
+	// transactions.
+	if got := followers[1].srv.peers.node.Stats().Received[cluster.KindTable]; got != 5 {
+		t.Errorf("the filtered subscriber's node received %d transactions, want 5", got)
 	}
 }
 
