@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/heraldrt/herald/internal/problem"
 )
 
 // pinnedSettings are sent in the startup packet of every connection Herald makes. The walsender
@@ -160,38 +162,17 @@ func checkURLEscapes(s string) error {
 	if !isURL(s) {
 		return nil
 	}
-	rest := s[strings.Index(s, "://")+3:]
-	authEnd := len(rest)
-	if q := strings.IndexByte(rest, '?'); q >= 0 {
-		authEnd = q
+	part := problem.MalformedEscape(s)
+	if part == "" {
+		return nil
 	}
-	hostAndPath := rest[:authEnd]
-	if at := strings.LastIndexByte(hostAndPath, '@'); at >= 0 {
-		user, password, _ := strings.Cut(hostAndPath[:at], ":")
-		if err := checkPart("user", user); err != nil {
-			return err
-		}
-		if err := checkPart("password", password); err != nil {
-			return err
-		}
-		hostAndPath = hostAndPath[at+1:]
+	if part == "path" {
+		part = "database"
 	}
-	if slash := strings.IndexByte(hostAndPath, '/'); slash >= 0 {
-		if err := checkPart("database", hostAndPath[slash+1:]); err != nil {
-			return err
-		}
+	return &Error{
+		Stage:     StageConfig,
+		Detail:    fmt.Sprintf("the database URL has a malformed percent-escape in its %s", part),
+		Fix:       fmt.Sprintf("percent-encode the %s (a %% becomes %%25, @ becomes %%40, : becomes %%3A), e.g. with: python3 -c 'import urllib.parse,sys; print(urllib.parse.quote(sys.argv[1], safe=\"\"))' '<the raw value>'", part),
+		Permanent: true,
 	}
-	return nil
-}
-
-func checkPart(part, raw string) error {
-	if _, err := url.PathUnescape(raw); err != nil {
-		return &Error{
-			Stage:     StageConfig,
-			Detail:    fmt.Sprintf("the database URL has a malformed percent-escape in its %s", part),
-			Fix:       fmt.Sprintf("percent-encode the %s (a %% becomes %%25, @ becomes %%40, : becomes %%3A), e.g. with: python3 -c 'import urllib.parse,sys; print(urllib.parse.quote(sys.argv[1], safe=\"\"))' '<the raw value>'", part),
-			Permanent: true,
-		}
-	}
-	return nil
 }

@@ -74,6 +74,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = DefaultPingInterval
 	}
+	if part := problem.MalformedEscape(cfg.URL); part != "" {
+		// url's own error would quote the escape and what follows it: part of a password.
+		err := fmt.Errorf("a malformed percent-escape in its %s", part)
+		return nil, &DialError{Stage: "url", Detail: "redis.url is not a Redis URL: " + err.Error(), Err: err,
+			Fix: fmt.Sprintf("percent-encode the %s in redis.url (HERALD_REDIS_URL): a %% becomes %%25, @ becomes %%40, : becomes %%3A", part)}
+	}
 	opt, err := rueidis.ParseURL(cfg.URL)
 	if err != nil {
 		// url.Error quotes the whole URL, password included: only what it found wrong is kept.
