@@ -150,8 +150,9 @@ type DurableSection struct {
 
 // ClusterSection configures this node among many: the cluster.* keys. Used only with redis.url.
 type ClusterSection struct {
-	// NodeID names this node to the others. Empty: a new random id per process, which is what
-	// a node must have (a restarted node is a new incarnation); set it only to read logs.
+	// NodeID names this node to the others. Empty: a new time-ordered id (a UUIDv7) per
+	// process, which is what a node must have (a restarted node is a new incarnation, and the
+	// longest-lived node leads each channel's presence sweep); set it only to read logs.
 	NodeID string `yaml:"node_id"`
 	// AdvertiseURL is the http(s) URL other nodes reach this node's listener at, to hand it an
 	// SSE command posted to them. Empty: derived from listen when that names a host.

@@ -228,7 +228,7 @@ func New(cfg Config, store Store) (*Presence, error) {
 	}
 	cfg = cfg.withDefaults()
 	if cfg.Node == "" {
-		cfg.Node = newNodeID(time.Now())
+		cfg.Node = NewNodeID(time.Now())
 	}
 	return &Presence{cfg: cfg, store: store, channels: make(map[string]*channelState)}, nil
 }

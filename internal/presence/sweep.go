@@ -228,9 +228,10 @@ func vanished(prior []Member, lease Lease) []Member {
 	return out
 }
 
-// newNodeID returns a UUIDv7: 48 bits of Unix milliseconds, then random bits, so ids sort by
-// when their node started and the longest-lived node leads.
-func newNodeID(now time.Time) string {
+// NewNodeID returns a UUIDv7 made at now: 48 bits of Unix milliseconds, then random bits, so
+// ids sort by when their node started and the longest-lived node leads a channel's sweep. The
+// server names a node with one when cluster.node_id is empty.
+func NewNodeID(now time.Time) string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
 	_, _ = rand.Read(b[6:])

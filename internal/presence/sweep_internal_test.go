@@ -13,7 +13,7 @@ func TestNodeIDsAreTimeOrdered(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	prev := ""
 	for i, at := range []time.Time{t0, t0.Add(time.Millisecond), t0.Add(time.Second), t0.Add(1000 * time.Hour)} {
-		id := newNodeID(at)
+		id := NewNodeID(at)
 		if !shape.MatchString(id) {
 			t.Fatalf("node id %q is not a UUIDv7", id)
 		}
@@ -22,7 +22,7 @@ func TestNodeIDsAreTimeOrdered(t *testing.T) {
 		}
 		prev = id
 	}
-	if a, b := newNodeID(t0), newNodeID(t0); a == b {
+	if a, b := NewNodeID(t0), NewNodeID(t0); a == b {
 		t.Fatalf("two ids in one millisecond are both %q; want them distinct", a)
 	}
 }

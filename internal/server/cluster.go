@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -63,11 +61,9 @@ func (r *hubRef) Verify()                         { r.h.Verify() }
 func newPeers(cfg ClusterConfig, tables history.Config, channels channel.HistoryConfig, lim durable.Limits, log *slog.Logger) (*peers, error) {
 	id := cfg.NodeID
 	if id == "" {
-		var b [8]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return nil, err
-		}
-		id = hex.EncodeToString(b[:])
+		// Time-ordered, so that the smallest live claimant of a channel's presence sweep is
+		// the longest-lived node, and a restart does not move every sweep to the new process.
+		id = presence.NewNodeID(time.Now())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

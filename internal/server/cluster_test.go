@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -126,6 +127,28 @@ func TestChannelsAcrossNodes(t *testing.T) {
 				t.Fatalf("node %d sub %s saw other positions than node 1: %v vs %v", i+1, sub, got, first)
 			}
 		}
+	}
+}
+
+// TestNodeIDsAreTimeOrdered: a node given no cluster.node_id names itself with a UUIDv7, so
+// that one started later sorts after it and the longest-lived node leads each presence sweep.
+func TestNodeIDsAreTimeOrdered(t *testing.T) {
+	cfgs := nodesConfig(t, 2)
+	var ids []string
+	for _, cfg := range cfgs {
+		cfg.Cluster.NodeID = ""
+		r := start(t, cfg)
+		ids = append(ids, r.srv.peers.id)
+		time.Sleep(2 * time.Millisecond) // the ids' clock is in milliseconds
+	}
+	uuid7 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	for _, id := range ids {
+		if !uuid7.MatchString(id) {
+			t.Errorf("node id %q is not a UUIDv7", id)
+		}
+	}
+	if ids[0] >= ids[1] {
+		t.Errorf("the node started first is %q, the second %q: want the first to sort first", ids[0], ids[1])
 	}
 }
 

@@ -64,7 +64,7 @@ type ClusterConfig struct {
 	RedisURL string
 	// RedisPrefix starts every key. Default "herald".
 	RedisPrefix string
-	// NodeID names this node; empty: a new random id per process.
+	// NodeID names this node; empty: a new time-ordered id per process (presence.NewNodeID).
 	NodeID string
 	// AdvertiseURL is how the other nodes reach this node's listener; empty: derived from
 	// Listen when it names a host.
