@@ -9,6 +9,7 @@ import (
 	"github.com/heraldrt/herald/internal/channel"
 	"github.com/heraldrt/herald/internal/delivery"
 	"github.com/heraldrt/herald/internal/durable"
+	"github.com/heraldrt/herald/internal/interest"
 	"github.com/heraldrt/herald/internal/policy"
 	"github.com/heraldrt/herald/internal/presence"
 )
@@ -127,6 +128,10 @@ type RedisSection struct {
 	URL string `yaml:"url" secret:"url"`
 	// Prefix starts every key, so several deployments can share one Redis.
 	Prefix string `yaml:"prefix"`
+	// MaxIdentitySubscriptions is how many subscriptions one identity (a token's subject) may
+	// hold to one table, or one channel namespace, across the nodes; past it a subscribe is
+	// refused with too_many_subscriptions. Anonymous connections each count alone.
+	MaxIdentitySubscriptions int `yaml:"max_identity_subscriptions"`
 }
 
 // DurableSection bounds durable subscriptions: the durable.* keys. See durable.Limits.
@@ -345,7 +350,8 @@ func Default() *Config {
 			MaxCost: policy.DefaultMaxCost,
 		},
 		Redis: RedisSection{
-			Prefix: "herald",
+			Prefix:                   "herald",
+			MaxIdentitySubscriptions: interest.DefaultMaxPerIdentity,
 		},
 		Durable: DurableSection{
 			MaxItems:     durable.DefaultMaxItems,

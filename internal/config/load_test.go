@@ -150,6 +150,7 @@ policy:
 redis:
   url: redis://:redis-pass-Xy7@cache.internal:6379/2
   prefix: rt
+  max_identity_subscriptions: 250
 cluster:
   node_id: node-a
   advertise_url: http://10.0.0.5:9090
@@ -226,7 +227,7 @@ func fullConfig() *Config {
 				"rooms/*":    {Presence: "true"},
 			},
 		},
-		Redis:   RedisSection{URL: "redis://:redis-pass-Xy7@cache.internal:6379/2", Prefix: "rt"},
+		Redis:   RedisSection{URL: "redis://:redis-pass-Xy7@cache.internal:6379/2", Prefix: "rt", MaxIdentitySubscriptions: 250},
 		Cluster: ClusterSection{NodeID: "node-a", AdvertiseURL: "http://10.0.0.5:9090"},
 		Durable: DurableSection{MaxItems: 50, MaxBytes: 64 * KiB, Lease: 5 * time.Second, MaxAttempts: 3, MaxInFlight: 2,
 			IdleTTL: time.Hour, MaxPerHolder: 4},

@@ -166,7 +166,7 @@ func CheckRow(owner string, r Row) error {
 func LimitError(limit int) *fault.Error {
 	return &fault.Error{
 		Code:    fault.CodeTooManySubscriptions,
-		Message: fmt.Sprintf("an identity may hold %d subscriptions here; unsubscribe from one first", limit),
+		Message: fmt.Sprintf("this identity already holds %d subscriptions to this table or channel namespace across all its connections, the server's limit; unsubscribe from one first", limit),
 	}
 }
 

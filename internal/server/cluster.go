@@ -76,7 +76,7 @@ func newPeers(cfg ClusterConfig, tables history.Config, channels channel.History
 	if p.broker, err = redisstore.NewBroker(c, redisstore.BrokerConfig{Node: id, History: channels, Logger: log}); err != nil {
 		return fail(err)
 	}
-	if p.interest, err = redisstore.NewInterest(c, interest.Config{}); err != nil {
+	if p.interest, err = redisstore.NewInterest(c, interest.Config{MaxPerIdentity: cfg.MaxIdentitySubscriptions}); err != nil {
 		return fail(err)
 	}
 	if p.transport, err = redisstore.NewTransport(c, redisstore.TransportConfig{Node: id, Logger: log, Block: transportBlock}); err != nil {

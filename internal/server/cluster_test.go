@@ -152,6 +152,28 @@ func TestNodeIDsAreTimeOrdered(t *testing.T) {
 	}
 }
 
+// TestIdentitySubscriptionLimit: redis.max_identity_subscriptions bounds one identity's
+// subscriptions to a channel namespace across its connections and nodes, not per connection;
+// one ended frees a place.
+func TestIdentitySubscriptionLimit(t *testing.T) {
+	cfgs := nodesConfig(t, 2)
+	for i := range cfgs {
+		cfgs[i].Cluster.MaxIdentitySubscriptions = 2
+	}
+	a, b := start(t, cfgs[0]), start(t, cfgs[1])
+	ca, _ := connect(t, a)
+	cb, _ := connect(t, b) // the same identity, on the other node
+	channelSub(ca, "s1", "rooms/1")
+	channelSub(cb, "s2", "rooms/2")
+	cb.send(`{"type":"subscribe","id":"s3","sub":"s3","channel":"rooms/3"}`)
+	if m := cb.expectError("too_many_subscriptions", "s3"); !strings.Contains(fmt.Sprint(m["message"]), "across all its connections") {
+		t.Errorf("the refusal %v does not say the limit is the identity's", m)
+	}
+	ca.send(`{"type":"unsubscribe","id":"u1","sub":"s1"}`)
+	ca.expect("unsubscribed")
+	channelSub(cb, "s3", "rooms/3")
+}
+
 // TestChannelInterest: a node without a subscription to a channel receives nothing of it from
 // the others.
 func TestChannelInterest(t *testing.T) {

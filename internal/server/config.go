@@ -53,8 +53,9 @@ func ConfigFrom(c *config.Config, log *slog.Logger) Config {
 		Snapshots: snapshot.Config{MaxConcurrent: h.MaxConcurrent, QueueWait: h.QueueWait, Timeout: h.Timeout,
 			MaxRows: h.MaxRows, MaxBytes: int64(h.MaxBytes), PageRows: h.PageRows, PageBytes: int(h.PageBytes), Lookback: h.Lookback},
 		Handoff: router.HandoffConfig{Lookback: h.Lookback, EarlyBytes: int(h.EarlyBytes), PendingBytes: int(h.PendingBytes)},
-		Cluster: ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL},
-		Logger:  log,
+		Cluster: ClusterConfig{RedisURL: c.Redis.URL, RedisPrefix: c.Redis.Prefix, NodeID: c.Cluster.NodeID, AdvertiseURL: c.Cluster.AdvertiseURL,
+			MaxIdentitySubscriptions: c.Redis.MaxIdentitySubscriptions},
+		Logger: log,
 	}
 }
 
@@ -69,6 +70,9 @@ type ClusterConfig struct {
 	// AdvertiseURL is how the other nodes reach this node's listener; empty: derived from
 	// Listen when it names a host.
 	AdvertiseURL string
+	// MaxIdentitySubscriptions bounds one identity's subscriptions to one table or channel
+	// namespace across the nodes (interest.Config.MaxPerIdentity); 0: its default.
+	MaxIdentitySubscriptions int
 }
 
 // Enabled reports whether the node shares a Redis with others.
