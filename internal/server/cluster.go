@@ -40,9 +40,10 @@ type peers struct {
 	hub      *hubRef
 	log      *slog.Logger
 
-	mu        sync.Mutex
-	healthErr error // guarded by mu: why Redis did not answer the last probe; nil when it did
-	leader    bool  // guarded by mu: a replicator's beacon was seen at the last probe
+	mu         sync.Mutex
+	healthErr  error  // guarded by mu: why Redis did not answer the last probe; nil when it did
+	leader     bool   // guarded by mu: a replicator's beacon was seen at the last probe
+	replicator string // guarded by mu: whose beacon that was
 }
 
 // beaconTTL is how long the replicator's beacon outlives its last renewal; it renews every
@@ -163,18 +164,18 @@ func (p *peers) probe(ctx context.Context, streaming func() bool) {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, beaconTTL/3)
 		var err error
-		leader := false
+		leader, holder := false, ""
 		if streaming != nil && streaming() {
-			err, leader = p.beacon.Announce(cctx, p.id, beaconTTL), true
+			err, leader, holder = p.beacon.Announce(cctx, p.id, beaconTTL), true, p.id
 		} else {
-			_, leader, err = p.beacon.Read(cctx)
+			holder, leader, err = p.beacon.Read(cctx)
 		}
 		cancel()
 		if err != nil {
 			p.node.RenewNow()
 		}
 		p.mu.Lock()
-		p.healthErr, p.leader = err, leader && err == nil
+		p.healthErr, p.leader, p.replicator = err, leader && err == nil, holder
 		p.mu.Unlock()
 	wait:
 		for {
@@ -217,6 +218,14 @@ func (p *peers) notReady(tables bool) error {
 		return fmt.Errorf("no node replicates the database yet (no live replicator's beacon in Redis)")
 	}
 	return nil
+}
+
+// replicatorIsThis reports whether the live replicator's beacon, at the last probe, was this
+// node's own: it outlives the stream that renewed it by up to beaconTTL.
+func (p *peers) replicatorIsThis() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leader && p.replicator == p.id
 }
 
 // replicating reports whether some node's replication stream is live, by its beacon.

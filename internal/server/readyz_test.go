@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/heraldrt/herald/internal/changefeed"
 )
 
 // readyz asks url's /readyz: its status and its reason ("" when ready).
@@ -107,5 +109,41 @@ func TestNotReadyReasons(t *testing.T) {
 	s.draining.Store(true)
 	if err := s.notReady(); !errors.Is(err, errDraining) {
 		t.Errorf("notReady while draining = %v, want %v", err, errDraining)
+	}
+}
+
+// TestFeedReadiness: a node with a changefeed, alone and among many. Its own stream going down
+// is said with its cause, while its beacon outlives the stream and once no beacon is left;
+// following another node's live stream is ready once the router is.
+func TestFeedReadiness(t *testing.T) {
+	noBeacon := errors.New("no node replicates the database yet (no live replicator's beacon in Redis)")
+	failed := changefeed.Stats{Failure: "replication slot dropped"}
+	for _, tc := range []struct {
+		name string
+		in   feedReadiness
+		want string // "" for ready
+	}{
+		{"alone, streaming", feedReadiness{feed: changefeed.Stats{Leader: true, Streaming: true}}, ""},
+		{"alone, down", feedReadiness{feed: failed}, "the replication stream is down: replication slot dropped"},
+		{"alone, starting", feedReadiness{feed: changefeed.Stats{Leader: true}}, "the replication stream is starting"},
+		{"replicating", feedReadiness{feed: changefeed.Stats{Leader: true, Streaming: true}, cluster: true, replicatorIsThis: true, routerLive: true}, ""},
+		{"following", feedReadiness{feed: changefeed.Stats{}, cluster: true, routerLive: true}, ""},
+		{"following, router not live yet", feedReadiness{cluster: true}, "this node is starting to follow it"},
+		{"following, after a failed attempt of its own", feedReadiness{feed: failed, cluster: true, routerLive: true}, ""},
+		{"its own stream down, its beacon still live", feedReadiness{feed: failed, cluster: true, replicatorIsThis: true, routerLive: true},
+			"the replication stream is down: replication slot dropped"},
+		{"its own stream down, no beacon left", feedReadiness{feed: failed, cluster: true, peersErr: noBeacon},
+			"no node replicates the database yet (no live replicator's beacon in Redis); this node's replication stream is down: replication slot dropped"},
+		{"no beacon, nothing failed here", feedReadiness{cluster: true, peersErr: noBeacon}, noBeacon.Error()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.in.notReady()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("notReady = %v, want ready", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("notReady = %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

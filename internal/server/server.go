@@ -465,33 +465,68 @@ func (s *Server) notReady() error {
 			return err
 		}
 	}
-	if s.peers != nil {
-		if err := s.peers.notReady(s.feed != nil); err != nil {
-			return err
+	if s.feed == nil {
+		if s.peers != nil {
+			return s.peers.notReady(false)
 		}
-		if s.feed != nil && !s.feed.Stats().Leader {
+		return nil
+	}
+	in := feedReadiness{feed: s.feed.Stats()}
+	if s.peers != nil {
+		in.cluster = true
+		in.peersErr = s.peers.notReady(true)
+		in.replicatorIsThis = s.peers.replicatorIsThis()
+		in.routerLive = s.tables.router.Live()
+	}
+	return in.notReady()
+}
+
+// feedReadiness is what a node with a changefeed is ready by.
+type feedReadiness struct {
+	feed changefeed.Stats
+	// cluster says the node shares Redis with others; peersErr is why that is not ready, nil
+	// when it is (a replicator's beacon included); replicatorIsThis says the live beacon is
+	// this node's own; routerLive says the router follows the replicator's stream.
+	cluster          bool
+	peersErr         error
+	replicatorIsThis bool
+	routerLive       bool
+}
+
+// notReady reports why the node cannot serve table streams, or nil. Among many nodes, one
+// that follows another's live stream is ready once its router is; but this node's own stream
+// going down is said as such, with its cause, both while its beacon outlives it and once no
+// beacon is left, rather than as another node's absence.
+func (in feedReadiness) notReady() error {
+	st := in.feed
+	down := func() error { return fmt.Errorf("the replication stream is down: %s", st.Failure) }
+	if in.cluster {
+		if in.peersErr != nil {
+			if st.Failure != "" && !st.Streaming {
+				return fmt.Errorf("%w; this node's replication stream is down: %s", in.peersErr, st.Failure)
+			}
+			return in.peersErr
+		}
+		if !st.Leader && !in.replicatorIsThis {
 			// Another node replicates; this one routes what it sends once its router is live.
-			if !s.tables.router.Live() {
+			if !in.routerLive {
 				return fmt.Errorf("the replication stream is live on another node; this node is starting to follow it")
 			}
 			return nil
 		}
 	}
-	if s.feed != nil {
-		st := s.feed.Stats()
-		// Only a live stream lets a table subscription start: until then the router has no
-		// position to start it after. A leader still in preflight is not ready either.
-		switch {
-		case st.Streaming:
-		case st.Failure != "":
-			return fmt.Errorf("the replication stream is down: %s", st.Failure)
-		case st.Leader:
-			return fmt.Errorf("the replication stream is starting")
-		default:
-			return fmt.Errorf("the replication stream is starting, or another node leads the slot")
-		}
+	// Only a live stream lets a table subscription start: until then the router has no
+	// position to start it after. A leader still in preflight is not ready either.
+	switch {
+	case st.Streaming:
+		return nil
+	case st.Failure != "":
+		return down()
+	case st.Leader:
+		return fmt.Errorf("the replication stream is starting")
+	default:
+		return fmt.Errorf("the replication stream is starting, or another node leads the slot")
 	}
-	return nil
 }
 
 // errDraining is /readyz's reason once shutdown has begun.
