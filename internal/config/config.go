@@ -218,7 +218,9 @@ type ChangefeedSection struct {
 	Tables []string `yaml:"tables"`
 	// FullIdentityTables must be REPLICA IDENTITY FULL.
 	FullIdentityTables []string `yaml:"full_identity_tables"`
-	// TenantColumn names the column whose value becomes each event's tenant.
+	// TenantColumn names the column whose value becomes each event's tenant: herald tail
+	// prints it; a client of herald serve gets the column in the row, so nothing it sees
+	// changes.
 	TenantColumn string `yaml:"tenant_column"`
 	// WriteTagPrefix is the logical message prefix that tags a transaction.
 	WriteTagPrefix string `yaml:"write_tag_prefix"`

@@ -25,7 +25,7 @@ const (
 	CloseTokenExpired CloseReason = "token_expired"
 	// CloseBadFrame: a protocol violation the connection cannot survive.
 	CloseBadFrame CloseReason = "bad_frame"
-	// ClosePolicy: policy no longer admits the identity.
+	// ClosePolicy: policy no longer admits the identity. Reserved: nothing closes with it yet.
 	ClosePolicy CloseReason = "policy"
 )
 

@@ -158,8 +158,8 @@ const (
 	// that is not connect, a binary message, text that is not UTF-8, a WebSocket frame RFC 6455
 	// forbids.
 	CloseBadFrame CloseCode = 4500
-	// ClosePolicy (4501): policy no longer admits this identity (revoked, banned, a connect
-	// rule said no).
+	// ClosePolicy (4501): reserved for a policy that no longer admits this identity (revoked,
+	// banned). No session closes with it yet; the set and clients keep it.
 	ClosePolicy CloseCode = 4501
 )
 
