@@ -289,6 +289,10 @@ func replyID(f wire.Frame) (string, bool) {
 		return f.ID, true
 	case *wire.Refreshed:
 		return f.ID, true
+	case *wire.Tracked:
+		return f.ID, true
+	case *wire.Untracked:
+		return f.ID, true
 	case *wire.Error:
 		return f.ID, f.ID != ""
 	}
@@ -321,15 +325,15 @@ func (c *Conn) reply(id string, f wire.Frame) bool {
 // is dropped rather than queued as data.
 func isReply(f wire.Frame) bool {
 	switch f.(type) {
-	case *wire.Subscribed, *wire.Published, *wire.Pong, *wire.Refreshed:
+	case *wire.Subscribed, *wire.Published, *wire.Pong, *wire.Refreshed, *wire.Tracked, *wire.Untracked:
 		return true
 	}
 	return false
 }
 
-// Next returns the next data frame and its raw JSON: a *Change, *Message, *Resync, *ErrorFrame
-// (unprompted, e.g. a policy_error with its Sub), *Expiring, or an *Unsubscribed the server
-// chose. The reply to a request that stopped waiting (its ctx ended) comes here too, when it is
+// Next returns the next data frame and its raw JSON: a *Change, *Message, *Resync, *Rows,
+// *Live, *Roster, *Join, *Leave, *ErrorFrame (unprompted, e.g. a policy_error with its Sub),
+// *Expiring, or an *Unsubscribed the server chose. The reply to a request that stopped waiting (its ctx ended) comes here too, when it is
 // an error or an unsubscribed. raw is the frame as received, one line; it is the caller's to
 // keep.
 //

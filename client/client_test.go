@@ -525,3 +525,82 @@ func TestSingleAck(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestPresence: a presence subscription gets the roster, then a join as another connection
+// tracks (again when it replaces its meta) and a leave as it untracks; a track past the meta
+// limit is refused.
+func TestPresence(t *testing.T) {
+	n := startNode(t, baseConfig())
+	ctx := ctxFor(t, 10*time.Second)
+	watcher, member := dial(t, n), dial(t, n)
+	if _, err := watcher.Subscribe(ctx, Subscription{Sub: "room", Channel: "rooms/1", Presence: true}); err != nil {
+		t.Fatalf("Subscribe with presence: %v", err)
+	}
+	f, _ := next(t, watcher)
+	if r, ok := f.(*Roster); !ok || r.Sub != "room" || r.Channel != "rooms/1" || len(r.Members) != 0 {
+		t.Fatalf("first frame %#v, want an empty roster of rooms/1", f)
+	}
+
+	id, err := member.Track(ctx, "rooms/1", json.RawMessage(`{"name":"ann"}`))
+	if err != nil || id == "" {
+		t.Fatalf("Track = %q, %v", id, err)
+	}
+	f, _ = next(t, watcher)
+	if j, ok := f.(*Join); !ok || j.Member.ID != id || j.Member.Subject != "user-1" || string(j.Member.Meta) != `{"name":"ann"}` {
+		t.Fatalf("after Track: %#v, want the join of %s", f, id)
+	}
+	if again, err := member.Track(ctx, "rooms/1", json.RawMessage(`{"name":"ann","away":true}`)); err != nil || again != id {
+		t.Fatalf("Track again = %q, %v; want the same member %q", again, err, id)
+	}
+	f, _ = next(t, watcher)
+	if j, ok := f.(*Join); !ok || string(j.Member.Meta) != `{"name":"ann","away":true}` {
+		t.Fatalf("after a new meta: %#v, want a join with it", f)
+	}
+	if err := member.Untrack(ctx, "rooms/1"); err != nil {
+		t.Fatalf("Untrack: %v", err)
+	}
+	f, _ = next(t, watcher)
+	if l, ok := f.(*Leave); !ok || l.Member.ID != id {
+		t.Fatalf("after Untrack: %#v, want the leave of %s", f, id)
+	}
+
+	big := json.RawMessage(`"` + strings.Repeat("x", 1024) + `"`)
+	var e *Error
+	if _, err := member.Track(ctx, "rooms/1", big); !errors.As(err, &e) || e.Code != "frame_too_large" {
+		t.Errorf("Track with a meta past the limit = %v, want an *Error frame_too_large", err)
+	}
+}
+
+// TestForget: Forget deletes the identity's durable subscription, queue and all: a message
+// published meanwhile is not delivered when the name is bound again.
+func TestForget(t *testing.T) {
+	n := startNode(t, baseConfig())
+	ctx := ctxFor(t, 10*time.Second)
+	c := dial(t, n)
+	if _, err := c.Subscribe(ctx, Subscription{Sub: "jobs", Channel: "jobs", Single: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unsubscribe(ctx, "jobs"); err != nil {
+		t.Fatal(err)
+	}
+	// Unbound, the durable subscription keeps what is published to it...
+	if _, err := PublishHTTP(ctx, nil, n.http, testAPIKey, Publication{Channel: "jobs", Data: json.RawMessage(`{"job":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// ...until it is forgotten.
+	if err := c.Forget(ctx, "jobs"); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	var e *Error
+	if err := c.Forget(ctx, "jobs"); !errors.As(err, &e) || e.Code != "not_found" {
+		t.Errorf("Forget again = %v, want an *Error not_found", err)
+	}
+	if _, err := c.Subscribe(ctx, Subscription{Sub: "jobs", Channel: "jobs", Single: true}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if f, _, err := c.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("bound again after Forget: %#v, %v; want nothing (the queue went with it)", f, err)
+	}
+}

@@ -6,9 +6,9 @@
 //
 // A Conn runs one reader goroutine. It reads every frame, hands each reply to the request
 // waiting for it (matched by request id), and queues data frames (change, message, resync, a
-// snapshot's rows and live, unprompted error, expiring, an unsubscribed the server chose) for
-// Next, in the order the
-// server sent them. Every method of Conn is safe for concurrent use.
+// snapshot's rows and live, a presence subscription's roster, join and leave, unprompted
+// error, expiring, an unsubscribed the server chose) for Next, in the order the server sent
+// them. Every method of Conn is safe for concurrent use.
 //
 // The queue for Next is bounded (Options.Buffer). When it is full the reader stops reading, so
 // the server's own queue for the connection fills, and the server replaces data with a resync
@@ -33,7 +33,8 @@
 // to each subscription with From set to its Position, as docs/PROTOCOL.md "Reconnecting"
 // describes. A snapshot subscription has no Position until its Live: one that drops before it
 // subscribes again with Snapshot. A Single or Durable subscription resumes from its own queue:
-// subscribe again without From.
+// subscribe again without From. Presence is the connection's: after a reconnect, Track again,
+// and a presence subscription starts over with a new Roster.
 //
 // # Types
 //

@@ -34,6 +34,10 @@ type Subscription struct {
 	// acknowledged delivery: exactly one of the identity's bound connections gets each message,
 	// and must Ack it. Durable asks for a durable broadcast instead. Either takes one channel.
 	Single, Durable bool
+	// Presence asks for the channel's presence too: a Roster through Next after the
+	// subscription is live, then a Join or Leave as members come and go. One channel, not a
+	// pattern; the channel's presence rule must allow it.
+	Presence bool
 }
 
 // Subscribe subscribes and waits until the subscription is live, returning the position it
@@ -44,7 +48,7 @@ type Subscription struct {
 func (c *Conn) Subscribe(ctx context.Context, s Subscription) (Position, error) {
 	id := c.nextID()
 	f := &wire.Subscribe{ID: id, Sub: s.Sub, Table: s.Table, Filter: s.Filter, Columns: s.Columns,
-		Channel: s.Channel, Event: s.Event, From: s.From, Snapshot: s.Snapshot, Durable: s.Durable}
+		Channel: s.Channel, Event: s.Event, From: s.From, Snapshot: s.Snapshot, Durable: s.Durable, Presence: s.Presence}
 	if s.Single {
 		f.Mode = wire.ModeSingle
 	}
@@ -75,8 +79,20 @@ func (c *Conn) Ack(ctx context.Context, sub string, pos Position) error {
 // Unsubscribe ends a subscription and waits for the server to confirm it; no frame of it
 // follows. A subscription this connection does not have is an *Error with code not_found.
 func (c *Conn) Unsubscribe(ctx context.Context, sub string) error {
+	return c.unsubscribe(ctx, sub, false)
+}
+
+// Forget deletes the identity's durable subscription named sub (Subscription.Single or
+// Durable), its queue of messages with it, and ends this connection's subscription to it if
+// it has one; the identity's other connections bound to it are told with an Unsubscribed. A
+// durable subscription the identity does not have is an *Error with code not_found.
+func (c *Conn) Forget(ctx context.Context, sub string) error {
+	return c.unsubscribe(ctx, sub, true)
+}
+
+func (c *Conn) unsubscribe(ctx context.Context, sub string, forget bool) error {
 	id := c.nextID()
-	r, err := c.request(ctx, id, &wire.Unsubscribe{ID: id, Sub: sub})
+	r, err := c.request(ctx, id, &wire.Unsubscribe{ID: id, Sub: sub, Forget: forget})
 	if err != nil {
 		return fmt.Errorf("unsubscribe %s: %w", sub, err)
 	}
@@ -87,6 +103,43 @@ func (c *Conn) Unsubscribe(ctx context.Context, sub string) error {
 		return newError("unsubscribe", sub, r)
 	}
 	return unexpected("unsubscribe", r)
+}
+
+// Track makes the connection a member of channel's presence, with meta (nil: none, else
+// compact JSON within the server's presence.max_meta_bytes), or replaces its meta when it is
+// one already. It returns the member's id, as Roster, Join and Leave name it. The channel's
+// presence rule must allow it; a refusal is an *Error (forbidden, presence_full,
+// frame_too_large, ...). The membership lasts until Untrack or the connection ends.
+func (c *Conn) Track(ctx context.Context, channel string, meta json.RawMessage) (member string, err error) {
+	id := c.nextID()
+	r, err := c.request(ctx, id, &wire.Track{ID: id, Channel: channel, Meta: meta})
+	if err != nil {
+		return "", fmt.Errorf("track %s: %w", channel, err)
+	}
+	switch r := r.(type) {
+	case *wire.Tracked:
+		return r.Member, nil
+	case *wire.Error:
+		return "", newError("track", "", r)
+	}
+	return "", unexpected("track", r)
+}
+
+// Untrack ends the connection's membership of channel's presence; its presence subscribers
+// see it leave.
+func (c *Conn) Untrack(ctx context.Context, channel string) error {
+	id := c.nextID()
+	r, err := c.request(ctx, id, &wire.Untrack{ID: id, Channel: channel})
+	if err != nil {
+		return fmt.Errorf("untrack %s: %w", channel, err)
+	}
+	switch r := r.(type) {
+	case *wire.Untracked:
+		return nil
+	case *wire.Error:
+		return newError("untrack", "", r)
+	}
+	return unexpected("untrack", r)
 }
 
 // Publication is one publish: a channel (a name, not a pattern), an optional event name, and

@@ -6,7 +6,7 @@ import "github.com/heraldrt/herald/internal/wire"
 // wire.Change.
 type (
 	// Frame is one decoded server frame; Next returns *Change, *Message, *Resync, *Rows, *Live,
-	// *ErrorFrame, *Expiring or *Unsubscribed.
+	// *Roster, *Join, *Leave, *ErrorFrame, *Expiring or *Unsubscribed.
 	Frame = wire.Frame
 	// FrameType is a frame's "type".
 	FrameType = wire.FrameType
@@ -26,6 +26,14 @@ type (
 	// Live says a snapshot subscription's rows and the changes after them are the table's
 	// state at Pos: from here on it is a live subscription, resumable from its position.
 	Live = wire.Live
+	// Roster is every member of a presence subscription's channel (Subscription.Presence),
+	// sent once the subscription is live; Join and Leave follow as members come and go (a
+	// Join also when a member replaces its meta).
+	Roster = wire.Roster
+	Join   = wire.Join
+	Leave  = wire.Leave
+	// Member is one member of a channel's presence: its id, its identity's subject, its meta.
+	Member = wire.Member
 	// Expiring warns that the token expires soon: call Refresh.
 	Expiring = wire.Expiring
 	// Unsubscribed, from Next, says the server ended a subscription; Code says why.
@@ -55,6 +63,9 @@ const (
 	FrameResync       = wire.FrameResync
 	FrameRows         = wire.FrameRows
 	FrameLive         = wire.FrameLive
+	FrameRoster       = wire.FrameRoster
+	FrameJoin         = wire.FrameJoin
+	FrameLeave        = wire.FrameLeave
 	FrameError        = wire.FrameError
 	FrameExpiring     = wire.FrameExpiring
 	FrameUnsubscribed = wire.FrameUnsubscribed
