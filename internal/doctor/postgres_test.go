@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/heraldrt/herald/internal/changefeed"
-	"github.com/heraldrt/herald/internal/devpg"
 	"github.com/heraldrt/herald/internal/testenv"
 )
 
@@ -293,17 +292,7 @@ func TestPostgresNotThere(t *testing.T) {
 // TestPostgresWALLevelReplica runs a second private Postgres with wal_level = replica, which
 // cannot decode logically.
 func TestPostgresWALLevelReplica(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := devpg.Start(ctx, devpg.Config{BinDir: testenv.PostgresBin(t), Settings: map[string]string{"wal_level": "replica"}})
-	if err != nil {
-		t.Fatalf("start a second Postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(context.Background()); err != nil {
-			t.Errorf("stop the second Postgres: %v", err)
-		}
-	})
+	s := testenv.OwnPostgres(t, map[string]string{"wal_level": "replica"})
 	testenv.Exec(t, s.URL(), itemsTable, `CREATE PUBLICATION herald FOR TABLE items`)
 	p := pgConf{url: s.URL(), slot: "herald", tables: []string{"items"}}
 	r := run(t, p.yaml(), nil)
@@ -355,15 +344,7 @@ func TestPostgresPasswordNeverShown(t *testing.T) {
 func TestPostgresPrepared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := devpg.Start(ctx, devpg.Config{BinDir: testenv.PostgresBin(t), Settings: map[string]string{"max_prepared_transactions": "4"}})
-	if err != nil {
-		t.Fatalf("start a second Postgres: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(context.Background()); err != nil {
-			t.Errorf("stop the second Postgres: %v", err)
-		}
-	})
+	s := testenv.OwnPostgres(t, map[string]string{"max_prepared_transactions": "4"})
 	testenv.Exec(t, s.URL(), itemsTable, `CREATE PUBLICATION herald FOR TABLE items`, `CREATE DATABASE elsewhere`)
 	p := pgConf{url: s.URL(), slot: "herald", tables: []string{"items"}}
 	if c := want(t, run(t, p.yaml(), nil), "postgres.prepared_xacts", "", OK); !strings.Contains(c.Detail, "no transaction is prepared") {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/heraldrt/herald/internal/change"
 	"github.com/heraldrt/herald/internal/changefeed/pgvalue"
-	"github.com/heraldrt/herald/internal/devpg"
 	"github.com/heraldrt/herald/internal/handoff"
 	"github.com/heraldrt/herald/internal/testenv"
 )
@@ -30,16 +29,7 @@ import (
 // with it does. Once the standby is no longer named the commit completes and reads succeed.
 func TestSyncStandbyStalled(t *testing.T) {
 	ctx := ctxFor(t)
-	srv, err := devpg.Start(ctx, devpg.Config{BinDir: testenv.PostgresBin(t),
-		Settings: map[string]string{"synchronous_standby_names": "'herald_never_there'"}})
-	if err != nil {
-		t.Fatalf("start a Postgres of the test's own: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(context.Background()); err != nil {
-			t.Errorf("stop the test's Postgres: %v", err)
-		}
-	})
+	srv := testenv.OwnPostgres(t, map[string]string{"synchronous_standby_names": "'herald_never_there'"})
 	admin := srv.URL()
 	// devpg's server commits with synchronous_commit off: nothing waits for the standby but
 	// the writer below, which asks for it.
@@ -274,15 +264,7 @@ func queryOne(t *testing.T, url, sql string, dst ...any) {
 // back; one prepared in another database does not.
 func TestTableNotReadyPrepared(t *testing.T) {
 	ctx := ctxFor(t)
-	srv, err := devpg.Start(ctx, devpg.Config{BinDir: testenv.PostgresBin(t), Settings: map[string]string{"max_prepared_transactions": "4"}})
-	if err != nil {
-		t.Fatalf("start a Postgres of the test's own: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(context.Background()); err != nil {
-			t.Errorf("stop the test's Postgres: %v", err)
-		}
-	})
+	srv := testenv.OwnPostgres(t, map[string]string{"max_prepared_transactions": "4"})
 	here := srv.URL()
 	elsewhere, err := url.Parse(here)
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/heraldrt/herald/internal/devpg"
 )
 
 // The variables scripts/testenv exports.
@@ -60,6 +62,26 @@ func PostgresBin(t testing.TB) string {
 		missing(t, PostgresBinEnv, "PostgreSQL's server binaries")
 	}
 	return d
+}
+
+// OwnPostgres starts a PostgreSQL server of the test's own, with settings written after
+// Herald's (devpg.Config.Settings): for a test that needs a server configured as the shared
+// private one must not be (a synchronous standby that never answers, wal_level = replica,
+// two-phase commit). It is stopped when the test ends.
+func OwnPostgres(t testing.TB, settings map[string]string) *devpg.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := devpg.Start(ctx, devpg.Config{BinDir: PostgresBin(t), Settings: settings})
+	if err != nil {
+		t.Fatalf("testenv: start a Postgres of the test's own: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(context.Background()); err != nil {
+			t.Errorf("testenv: stop the test's own Postgres: %v", err)
+		}
+	})
+	return s
 }
 
 // RedisURL returns the URL of the private Redis.
