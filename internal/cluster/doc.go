@@ -19,7 +19,8 @@
 // what the store lost and telling the subscriptions that depended on it. Replicate sends each
 // change to the nodes holding one of its tokens, but a truncate (which empties the table under
 // every subscription, whatever value it pins), an overflow, and a change whose tokens the
-// router could not name go to every node holding the table (Interest.Sockets).
+// router could not name (its table's types unread, or a column its catalog read lacks) go to
+// every node holding the table (Interest.Sockets).
 //
 // # Goroutines
 //

@@ -133,9 +133,9 @@ func (n *Node) routeTable(ctx context.Context, txn *change.Txn, table, owner str
 	for k, i := range idx {
 		var err error
 		if tokens[k], err = n.cfg.Tables.Tokens(ctx, &txn.Events[i], nil); err != nil {
-			// Without the table's types the change's tokens are unknown: it goes to every
-			// node that holds the table.
-			n.log.Warn("cluster: the types of a table are unknown; routing its change to every node that holds it", slog.String("table", table), slog.Any("err", err))
+			// Without the table's types, or with a column the catalog read lacks, the
+			// change's tokens are unknown: it goes to every node that holds the table.
+			n.warn.Warn("tokens", "cluster: a change's interest tokens are unknown; routing it to every node that holds its table", slog.String("table", table), slog.Any("err", err))
 			known = false
 		}
 		all = append(all, tokens[k]...)

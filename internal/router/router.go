@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -354,7 +355,9 @@ func InterestToken(f *filter.Filter) string {
 // Tokens appends the interest tokens a change is routed by to dst: AnyToken, and one per
 // column of its new and old images whose value has an index key. The column types come from
 // the schema; an error reading it is returned, and the caller must then route the change as
-// if every token matched.
+// if every token matched. So is ErrCatalogBehind when the change has a column the schema does
+// not (a column added since the schema was read, which a subscription on another node, with
+// a newer read, may pin): its token cannot be named.
 func (r *Router) Tokens(ctx context.Context, e *change.Event, dst []string) ([]string, error) {
 	dst = append(dst, AnyToken)
 	if e.Op == change.Truncate {
@@ -364,10 +367,12 @@ func (r *Router) Tokens(ctx context.Context, e *change.Event, dst []string) ([]s
 	if err != nil {
 		return dst, err
 	}
+	var seen [2]int // of each image's columns, how many the schema has
 	for _, c := range info.Columns {
 		t := filter.TypeOf(c.OID)
-		for _, row := range [2]change.Row{e.After, e.Before} {
+		for i, row := range [2]change.Row{e.After, e.Before} {
 			if v, ok := row.Get(c.Name); ok {
+				seen[i]++
 				if key, ok := filter.Key(t, v); ok {
 					tok := "k:" + c.Name + "=" + key
 					if len(dst) == 0 || dst[len(dst)-1] != tok {
@@ -377,8 +382,14 @@ func (r *Router) Tokens(ctx context.Context, e *change.Event, dst []string) ([]s
 			}
 		}
 	}
+	if seen[0] < len(e.After) || seen[1] < len(e.Before) {
+		return dst, ErrCatalogBehind
+	}
 	return dst, nil
 }
+
+// ErrCatalogBehind is Tokens' answer for a change with a column the schema it read lacks.
+var ErrCatalogBehind = errors.New("the change has a column the catalog read for its table lacks (added since)")
 
 // GapAll tells every table subscription on this node that items from first to last may not
 // have reached it, for reason: a loss before this node (the bus between nodes).

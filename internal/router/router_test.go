@@ -3,8 +3,10 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -436,4 +438,37 @@ func BenchmarkRouteUnderSubscribeChurn(b *testing.B) {
 	if per[0] > 0 && per[1] > 0 {
 		fmt.Printf("time per change: %.0f ns alone, %.0f ns while subscribing: ratio %.2f\n", per[0], per[1], per[1]/per[0])
 	}
+}
+
+// TestTokens: a change's interest tokens are AnyToken and a k: token per indexable value of
+// its images; a change with a column the schema lacks (added since the schema was read) gives
+// ErrCatalogBehind, so the replicator routes it to every node holding the table; a truncate
+// has AnyToken alone.
+func TestTokens(t *testing.T) {
+	r := newRouter(t)
+	ctx := context.Background()
+	upd := change.Event{Table: "public.items", Op: change.Update, Before: row(1, "acme", 2), After: row(1, "globex", 2)}
+	got, err := r.Tokens(ctx, &upd, nil)
+	if want := []string{AnyToken, "k:id=1", "k:org_id=acme", "k:org_id=globex", "k:qty=2"}; err != nil || !slices.Equal(sorted(got), sorted(want)) {
+		t.Errorf("Tokens(update) = %v, %v; want %v", got, err, want)
+	}
+	added := change.Event{Table: "public.items", Op: change.Insert,
+		After: append(row(2, "acme", 1), change.Column{Name: "region", Value: json.RawMessage(`"eu"`)})}
+	if got, err := r.Tokens(ctx, &added, nil); !errors.Is(err, ErrCatalogBehind) || !slices.Contains(got, "k:org_id=acme") {
+		t.Errorf("Tokens(a change with a column the schema lacks) = %v, %v; want ErrCatalogBehind beside the tokens it could name", got, err)
+	}
+	del := change.Event{Table: "public.items", Op: change.Delete, Before: append(keyOnly(3), change.Column{Name: "region", Value: json.RawMessage(`"eu"`)})}
+	if _, err := r.Tokens(ctx, &del, nil); !errors.Is(err, ErrCatalogBehind) {
+		t.Errorf("Tokens(an old image with a column the schema lacks) = %v; want ErrCatalogBehind", err)
+	}
+	trunc := change.Event{Table: "public.items", Op: change.Truncate}
+	if got, err := r.Tokens(ctx, &trunc, nil); err != nil || !slices.Equal(got, []string{AnyToken}) {
+		t.Errorf("Tokens(truncate) = %v, %v; want [%s]", got, err, AnyToken)
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
 }
