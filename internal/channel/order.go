@@ -66,13 +66,32 @@ type held struct {
 }
 
 // baseLocked sets where the channel starts on this node when it has no starting point yet,
-// and returns the position a new exact subscription starts after: the last one handed on.
-func (st *state) baseLocked(head stream.Position) stream.Position {
-	if st.seq.next == 0 || st.seq.epoch != head.Epoch && len(st.seq.held) == 0 {
-		st.seq.epoch, st.seq.next = head.Epoch, head.Offset+1
+// and returns the position sn, a new exact subscription, starts after: the last one handed on.
+//
+// A head in an epoch the channel has not been in here means the broker lost the stream (Redis
+// restarted empty) before this node heard of it from a publication or Verify. The channel is
+// reset as they would reset it: its subscribers are told (stream_reset), and it expects the
+// new epoch's offsets from 1, each up to the head to arrive within the order wait or be
+// reported lost. sn starts after the head, and is not given those again. The caller holds
+// st.mu.
+func (h *Hub) baseLocked(st *state, sn *subscription, head stream.Position) stream.Position {
+	sq := &st.seq
+	switch {
+	case sq.next == 0:
+		sq.epoch, sq.next = head.Epoch, head.Offset+1
+		return head
+	case sq.epoch != head.Epoch && len(sq.held) == 0 && !sq.isRetired(head.Epoch):
+		h.resetLocked(st, h.shard(st.name), head.Epoch)
+		if head.Offset > 0 {
+			sn.skipEpoch, sn.skipTo = head.Epoch, head.Offset
+			sq.want = head.Offset
+			if sq.timer == nil {
+				sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
+			}
+		}
 		return head
 	}
-	return stream.ChannelPosition(st.seq.epoch, st.seq.next-1)
+	return stream.ChannelPosition(sq.epoch, sq.next-1)
 }
 
 // Deliver hands a publication that another node took (it carries its position) to this

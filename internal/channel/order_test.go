@@ -259,6 +259,54 @@ func TestOrderEpochChangeIsAReset(t *testing.T) {
 	waitFor(t, b, rec, []string{"e2:2"})
 }
 
+// lostBroker is a broker shared by nodes whose Head, once lost is set, answers it: the
+// stream Redis lost and another node started again.
+type lostBroker struct {
+	sharedBroker
+	mu   sync.Mutex
+	lost stream.Position // guarded by mu
+}
+
+func (b *lostBroker) Head(channel string) (stream.Position, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.lost.Epoch != "" {
+		return b.lost, nil
+	}
+	return b.sharedBroker.Head(channel)
+}
+
+// TestOrderNewSubscriptionFindsTheStreamLost: a new subscription that reads a head of another
+// epoch, the stream having been lost and started again before this node heard of it, resets
+// the channel: its subscribers are told (stream_reset), and are owed the new epoch's offsets
+// up to the head, each reported lost once the order wait passes without it; the new
+// subscription starts after the head and is given neither.
+func TestOrderNewSubscriptionFindsTheStreamLost(t *testing.T) {
+	broker := &lostBroker{sharedBroker: sharedBroker{NewMemoryBroker(MemoryBrokerConfig{NewEpoch: func() string { return "e1" }})}}
+	h, err := New(Config{Bus: bus.NewMemory(), Broker: broker, Remote: &captured{}, OrderWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	old, newer := &anyRecorder{}, &anyRecorder{}
+	subscribe(t, h, old, "s1", "room/1", "")
+	mustPublish(t, h, "room/1", "", `1`)
+	waitFor(t, h, old, []string{"e1:1"})
+
+	broker.mu.Lock()
+	broker.lost = stream.ChannelPosition("e2", 2) // two publications of the new epoch, taken elsewhere
+	broker.mu.Unlock()
+	if head := subscribe(t, h, newer, "s2", "room/1", ""); head != stream.ChannelPosition("e2", 2) {
+		t.Errorf("the new subscription starts after %s, want e2:2", head)
+	}
+	// The first of the two arrives; the second never does.
+	deliver(t, h, &stream.Message{Pos: stream.ChannelPosition("e2", 1), Channel: "room/1", Data: []byte(`a`)})
+	waitFor(t, h, old, []string{"gap e1:2..e2:0 lost 0 stream_reset", "e2:1", "gap e2:2..e2:2 lost 1 upstream_gap"})
+	deliver(t, h, &stream.Message{Pos: stream.ChannelPosition("e2", 3), Channel: "room/1", Data: []byte(`b`)})
+	waitFor(t, h, old, []string{"e2:3"})
+	waitFor(t, h, newer, []string{"e2:3"})
+}
+
 // TestOrderNewEpochArrivesOutOfOrder: the new epoch's first offsets, taken on several nodes,
 // may arrive in any order; none of them is taken for lost while it is on its way.
 func TestOrderNewEpochArrivesOutOfOrder(t *testing.T) {

@@ -63,7 +63,7 @@ func (h *Hub) startLocked(st *state, sn *subscription, p Pattern, from stream.Po
 	if h.cfg.Remote != nil {
 		// Among nodes, the subscription starts after what this node has handed on of the
 		// channel, which may trail the broker's head by what is on its way here.
-		pos = st.baseLocked(head)
+		pos = h.baseLocked(st, sn, head)
 	}
 	if !resume {
 		return Start{Pos: pos}, nil
