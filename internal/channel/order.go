@@ -176,6 +176,26 @@ func (h *Hub) resetLocked(st *state, q *queue, epoch string) {
 	sq.epoch, sq.next, sq.want = epoch, 1, 0
 }
 
+// Lost says m, a publication another node took, was not handed on here (Deliver refused it, or
+// it could not be read): its offset, when still ahead of what the channel handed on, must
+// arrive within the order wait or is reported lost, as a hole is, even with nothing published
+// after it. Without it a refused publication that was the channel's last would leave its
+// subscribers a hole nothing reveals.
+func (h *Hub) Lost(m *stream.Message) {
+	st := h.acquire(m.Channel)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	defer h.release(st)
+	sq := &st.seq
+	if sq.next == 0 || m.Pos.Epoch != sq.epoch || m.Pos.Offset < sq.next {
+		return
+	}
+	sq.want = max(sq.want, m.Pos.Offset)
+	if sq.timer == nil {
+		sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
+	}
+}
+
 // Verify asks the broker for the head of every channel this node hands on, and makes sure
 // each offset up to it arrives within the order wait, or is reported lost: for a loss on the
 // way between nodes with nothing published after it (the cluster node calls it when the bus

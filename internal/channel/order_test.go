@@ -259,6 +259,28 @@ func TestOrderEpochChangeIsAReset(t *testing.T) {
 	waitFor(t, b, rec, []string{"e2:2"})
 }
 
+// TestOrderLost: a publication this node could not hand on (Deliver refused it) is reported
+// lost once the order wait passes, though nothing is published after it; one already handed
+// on, or of another epoch, is not.
+func TestOrderLost(t *testing.T) {
+	broker := sharedBroker{NewMemoryBroker(MemoryBrokerConfig{NewEpoch: func() string { return "e1" }})}
+	h, err := New(Config{Bus: bus.NewMemory(), Broker: broker, Remote: &captured{}, OrderWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	rec := &anyRecorder{}
+	subscribe(t, h, rec, "s", "room/1", "")
+	deliver(t, h, &stream.Message{Pos: stream.ChannelPosition("e1", 1), Channel: "room/1", Data: []byte(`1`)})
+	waitFor(t, h, rec, []string{"e1:1"})
+	h.Lost(&stream.Message{Pos: stream.ChannelPosition("e1", 1), Channel: "room/1"}) // handed on already
+	h.Lost(&stream.Message{Pos: stream.ChannelPosition("e0", 7), Channel: "room/1"}) // another epoch
+	h.Lost(&stream.Message{Pos: stream.ChannelPosition("e1", 2), Channel: "room/1"})
+	waitFor(t, h, rec, []string{"gap e1:2..e1:2 lost 1 upstream_gap"})
+	deliver(t, h, &stream.Message{Pos: stream.ChannelPosition("e1", 3), Channel: "room/1", Data: []byte(`3`)})
+	waitFor(t, h, rec, []string{"e1:3"})
+}
+
 // lostBroker is a broker shared by nodes whose Head, once lost is set, answers it: the
 // stream Redis lost and another node started again.
 type lostBroker struct {

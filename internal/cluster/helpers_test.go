@@ -127,7 +127,8 @@ func (h *fakeHub) Deliver(m *stream.Message) error {
 	return err
 }
 
-func (h *fakeHub) Verify() { h.calls.add("verify") }
+func (h *fakeHub) Verify()                { h.calls.add("verify") }
+func (h *fakeHub) Lost(m *stream.Message) { h.calls.add("lost %s %s", m.Channel, m.Pos) }
 
 // fakeTables records what it is handed; Tokens answers tokens (nil: "*" and "k:id=<id>" of
 // the new image, else of the old one).

@@ -30,8 +30,11 @@ type Transport interface {
 // Hub is this node's channel hub, as the receiving side needs it.
 type Hub interface {
 	// Deliver hands a publication another node took to this node's subscriptions, in offset
-	// order; an error means it could not, and it is reported lost.
+	// order; an error means it could not, and the node calls Lost.
 	Deliver(m *stream.Message) error
+	// Lost says a publication another node took was not handed on here: its offset is
+	// reported lost to the channel's subscribers once the order wait passes without it.
+	Lost(m *stream.Message)
 	// Verify makes sure every offset each channel's broker has given reaches this node, or is
 	// reported lost: after a loss on the way, with nothing published after it.
 	Verify()
@@ -117,6 +120,14 @@ type Node struct {
 	out *queue[outItem] // publications and presence events to route, in the order they were made
 	in  *queue[inbound] // payloads received
 
+	// lostMu guards lost: by channel, the last publication this node took and could not route
+	// (its queue full, or its interest unread), to be reported to the nodes holding the
+	// channel as lost. A flush item in out asks the router to send them; one is queued when
+	// lost goes from empty to not. At most maxLostChannels channels; past it one is counted
+	// and not reported (the next publication of its channel shows the hole).
+	lostMu sync.Mutex
+	lost   map[string]*stream.Message
+
 	renewNow chan struct{} // one token: renew at once (the bus reported a loss: Redis may have lost the rows too)
 	// unsure is set when Redis may have lost this node's rows (an outage, a lost stream) and
 	// cleared by the first renewal after it that checked every owner without an error: until
@@ -146,7 +157,15 @@ type ownerCache struct {
 type outItem struct {
 	m    *stream.Message
 	pres *wirePresence
+	// lost says m is a report that the publication at its position was not routed (no data):
+	// the receivers report its offset lost unless it arrives (channel.Hub.Lost).
+	lost bool
+	// flushLost asks the router to route the reports in Node.lost; the item has nothing else.
+	flushLost bool
 }
+
+// maxLostChannels bounds the channels whose lost publications wait to be reported.
+const maxLostChannels = 16384
 
 type inbound struct {
 	from string
@@ -263,12 +282,48 @@ func (n *Node) Mark(ctx context.Context, owner string) (uint64, error) {
 }
 
 // Forward queues a publication this node took for the nodes whose interest it hits
-// (channel.Remote). A full queue drops it: the receiving nodes see the hole in the channel's
-// offsets and report it.
+// (channel.Remote). A full queue drops it, and the nodes holding its channel are told its
+// position (lose), so they report the hole even when nothing is published after it.
 func (n *Node) Forward(m *stream.Message) {
 	if !n.out.push(outItem{m: m}, len(m.Channel)+len(m.Event)+len(m.Data)+64) {
 		n.stats.dropped[KindChannel].Add(1)
+		n.lose(m)
 	}
+}
+
+// lose notes that publication m was not routed, to be reported to the nodes holding its
+// channel: only its channel and position are kept, the last per channel, since a receiver
+// expects every offset up to the one it is told of.
+func (n *Node) lose(m *stream.Message) {
+	n.lostMu.Lock()
+	first := len(n.lost) == 0
+	if prev := n.lost[m.Channel]; prev == nil && len(n.lost) >= maxLostChannels {
+		n.lostMu.Unlock()
+		n.warn.Warn("lose", "cluster: too many channels' lost publications wait to be reported; this one shows as a hole when its channel's next publication arrives",
+			slog.String("channel", m.Channel), slog.Int("channels", maxLostChannels))
+		return
+	} else if prev == nil || prev.Pos.Epoch != m.Pos.Epoch || prev.Pos.Offset < m.Pos.Offset {
+		if n.lost == nil {
+			n.lost = map[string]*stream.Message{}
+		}
+		n.lost[m.Channel] = &stream.Message{Channel: m.Channel, Pos: m.Pos}
+	}
+	n.lostMu.Unlock()
+	if first {
+		n.out.force(outItem{flushLost: true})
+	}
+}
+
+// takeLost returns the lost publications' reports, as items to route, and empties the set.
+func (n *Node) takeLost() []outItem {
+	n.lostMu.Lock()
+	defer n.lostMu.Unlock()
+	out := make([]outItem, 0, len(n.lost))
+	for _, m := range n.lost {
+		out = append(out, outItem{m: m, lost: true})
+	}
+	n.lost = nil
+	return out
 }
 
 // Relay queues a presence join or leave this node made for the nodes that hold the channel
@@ -359,9 +414,15 @@ func (n *Node) Run(ctx context.Context) error {
 // the rows of a watched token read again only when the owner's generation moved.
 func (n *Node) routeLoop(ctx context.Context) {
 	for {
-		batch, ok := n.out.take()
+		taken, ok := n.out.take()
 		if !ok {
 			return
+		}
+		batch := taken
+		for _, it := range taken {
+			if it.flushLost {
+				batch = append(slices.Clip(batch), n.takeLost()...)
+			}
 		}
 		want := map[string][]string{} // owner -> the batch's tokens under it
 		for _, it := range batch {
@@ -376,12 +437,15 @@ func (n *Node) routeLoop(ctx context.Context) {
 		for _, it := range batch {
 			n.routeItem(ctx, it, probes)
 		}
-		n.out.done(batch)
+		n.out.done(taken)
 	}
 }
 
 // interest is the owners and tokens an item is routed by.
 func (it outItem) interest() []ownerTokens {
+	if it.flushLost {
+		return nil
+	}
 	if it.m != nil {
 		ots := messageInterest(it.m.Channel)
 		return ots[:]
@@ -428,10 +492,17 @@ func (n *Node) routeItem(ctx context.Context, it outItem, probes map[string]*pro
 	for _, ot := range it.interest() {
 		nodes, err := n.nodesFor(ctx, n.cache, ot.owner, probes[ot.owner], ot.tokens)
 		if err != nil {
-			// A lost publication is a hole the receivers report; a lost presence event, a
-			// stale roster until the member's next change.
-			n.stats.dropped[kind].Add(1)
+			// A lost publication is reported to the nodes holding its channel (once: a
+			// report that cannot be routed either is counted, and the hole shows when the
+			// channel's next publication arrives, or the transport reports the outage); a
+			// lost presence event leaves a stale roster until the member's next change.
 			n.warn.Warn("route", "cluster: route an item", slog.String("owner", ot.owner), slog.Any("err", err))
+			if !it.lost {
+				n.stats.dropped[kind].Add(1)
+				if it.m != nil {
+					n.lose(it.m)
+				}
+			}
 			return
 		}
 		for _, node := range nodes {
@@ -439,9 +510,12 @@ func (n *Node) routeItem(ctx context.Context, it outItem, probes map[string]*pro
 				continue
 			}
 			if data == nil {
-				if it.m != nil {
+				switch {
+				case it.lost:
+					data, err = encodeLost(it.m)
+				case it.m != nil:
 					data, err = encodeMessage(it.m)
-				} else {
+				default:
 					data, err = encodePresence(it.pres.Channel, it.pres.Kind, it.pres.Member)
 				}
 				if err != nil {
@@ -569,6 +643,7 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 		if err := n.cfg.Hub.Deliver(m); err != nil {
 			n.stats.dropped[KindChannel].Add(1)
 			n.warn.Warn("deliver", "cluster: hand on a publication", slog.String("channel", m.Channel), slog.Any("err", err))
+			n.cfg.Hub.Lost(m)
 		}
 	case kindTxn:
 		txn, err := decodeTxn(in.data[1:])
@@ -588,6 +663,14 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 			n.log.Warn("cluster: route a transaction", slog.String("lsn", txn.CommitLSN.String()), slog.Any("err", err))
 			n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
 		}
+	case kindLost:
+		m, err := decodeMessage(in.data[1:])
+		if err != nil {
+			n.stats.dropped[KindChannel].Add(1)
+			n.log.Error("cluster: a lost publication's report from another node does not decode", slog.String("from", in.from), slog.Any("err", err))
+			return
+		}
+		n.cfg.Hub.Lost(m)
 	case kindPresence:
 		p, err := decodePresence(in.data[1:])
 		if err != nil {

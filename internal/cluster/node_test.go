@@ -325,8 +325,9 @@ func TestReceiveInOrder(t *testing.T) {
 	}
 }
 
-// TestReceiveRefuses checks that what cannot be handed on is counted, and a transaction lost
-// so is told to the table subscriptions.
+// TestReceiveRefuses checks that what cannot be handed on is counted, a publication the hub
+// refused is reported to it as lost, and a transaction lost so is told to the table
+// subscriptions.
 func TestReceiveRefuses(t *testing.T) {
 	w := newWorld(t)
 	b := w.node(t, "B", nil)
@@ -348,7 +349,7 @@ func TestReceiveRefuses(t *testing.T) {
 	if s := b.Stats(); s.Dropped != [kinds]uint64{3, 1, 1} {
 		t.Errorf("dropped %v, want [3 1 1]", s.Dropped)
 	}
-	if diff := cmp.Diff([]string{"deliver a/b ep1:1", "stale upstream_gap"}, w.calls.all()); diff != "" {
+	if diff := cmp.Diff([]string{"deliver a/b ep1:1", "lost a/b ep1:1", "stale upstream_gap"}, w.calls.all()); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 }
@@ -453,21 +454,36 @@ func TestReceiveQueueFull(t *testing.T) {
 }
 
 // TestForwardQueueFull checks that a publication or presence event refused by a full routing
-// queue is counted, not sent.
+// queue is counted, not sent, and the nodes holding a lost publication's channel are told its
+// position (the last lost of the channel), which their hub reports lost.
 func TestForwardQueueFull(t *testing.T) {
 	w := newWorld(t)
 	a, b := w.node(t, "A", func(c *Config) { c.QueueItems = 1 }), w.node(t, "B", nil)
 	watchChannel(t, b.Node, "a/b")
 	a.Forward(message("a/b", 1, `1`))
 	a.Forward(message("a/b", 2, `2`))
+	a.Forward(message("a/b", 3, `3`))
 	a.Relay("a/b", stream.PresenceJoin, stream.Member{ID: "m"})
-	if s := a.Stats(); s.Dropped != [kinds]uint64{1, 0, 1} || s.Routing != 1 {
-		t.Fatalf("dropped %v, %d waiting; want [1 0 1] and 1", s.Dropped, s.Routing)
+	if s := a.Stats(); s.Dropped != [kinds]uint64{2, 0, 1} || s.Routing != 2 {
+		t.Fatalf("dropped %v, %d waiting; want [2 0 1] and 2 (the first, and the report of the lost)", s.Dropped, s.Routing)
 	}
 	run(t, a.Node)
 	routed(t, a.Node)
-	if got := decodeAll(t, w.tr.to("B")); len(got) != 1 || got[0].Pos.Offset != 1 {
-		t.Fatalf("sent %v to B, want the first publication alone", got)
+	sent := w.tr.to("B")
+	if len(sent) != 2 || sent[1][0] != kindLost {
+		t.Fatalf("sent %q to B, want the first publication and a report of the lost", sent)
+	}
+	if got := decodeAll(t, sent[:1]); got[0].Pos.Offset != 1 {
+		t.Fatalf("sent %v to B first, want the first publication", got)
+	}
+	if lost, err := decodeMessage(sent[1][1:]); err != nil || lost.Pos.Offset != 3 || lost.Channel != "a/b" || lost.Data != nil {
+		t.Fatalf("the report %q: %+v, %v; want the position of the last lost, 3, without data", sent[1], lost, err)
+	}
+	run(t, b.Node)
+	b.Receive("A", sent[1])
+	received(t, b.Node)
+	if diff := cmp.Diff([]string{"send B", "send B", "lost a/b ep1:3"}, w.calls.all()); diff != "" {
+		t.Errorf("calls on B (-want +got):\n%s", diff)
 	}
 }
 

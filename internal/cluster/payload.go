@@ -16,6 +16,7 @@ import (
 // does not know is counted and dropped, as a lost one would be.
 const (
 	kindMessage  byte = 'm' // a channel publication
+	kindLost     byte = 'l' // a channel publication's position that the sending node could not route
 	kindTxn      byte = 't' // a transaction's changes to tables the destination watches
 	kindPresence byte = 'p' // a presence join or leave
 	kindDurable  byte = 'd' // a durable subscription's delivery to one connection on the destination
@@ -139,6 +140,19 @@ func encodeMessage(m *stream.Message) ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte{kindMessage}, b...), nil
+}
+
+// encodeLost is the report that the publication at m's position was not routed: its channel
+// and position, wireMessage's fields without the data, decoded by decodeMessage.
+func encodeLost(m *stream.Message) ([]byte, error) {
+	b, err := json.Marshal(struct {
+		Pos     stream.Position `json:"pos"`
+		Channel string          `json:"ch"`
+	}{m.Pos, m.Channel})
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{kindLost}, b...), nil
 }
 
 func decodeMessage(b []byte) (*stream.Message, error) {

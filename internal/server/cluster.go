@@ -56,6 +56,7 @@ type hubRef struct{ h *channel.Hub }
 
 func (r *hubRef) Deliver(m *stream.Message) error { return r.h.Deliver(m) }
 func (r *hubRef) Verify()                         { r.h.Verify() }
+func (r *hubRef) Lost(m *stream.Message)          { r.h.Lost(m) }
 
 // newPeers connects to the shared Redis; tables bounds each table's history there, channels
 // each channel's.
