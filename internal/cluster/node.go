@@ -123,7 +123,7 @@ type Node struct {
 	// lostMu guards lost: by channel, the last publication this node took and could not route
 	// (its queue full, or its interest unread), to be reported to the nodes holding the
 	// channel as lost. A flush item in out asks the router to send them; one is queued when
-	// lost goes from empty to not. At most maxLostChannels channels; past it one is counted
+	// lost goes from empty to not. At most maxLostChannels channels; past it one is logged
 	// and not reported (the next publication of its channel shows the hole).
 	lostMu sync.Mutex
 	lost   map[string]*stream.Message
@@ -493,9 +493,9 @@ func (n *Node) routeItem(ctx context.Context, it outItem, probes map[string]*pro
 		nodes, err := n.nodesFor(ctx, n.cache, ot.owner, probes[ot.owner], ot.tokens)
 		if err != nil {
 			// A lost publication is reported to the nodes holding its channel (once: a
-			// report that cannot be routed either is counted, and the hole shows when the
-			// channel's next publication arrives, or the transport reports the outage); a
-			// lost presence event leaves a stale roster until the member's next change.
+			// report that cannot be routed either is only logged, and the hole shows when
+			// the channel's next publication arrives, or the transport reports the outage);
+			// a lost presence event leaves a stale roster until the member's next change.
 			n.warn.Warn("route", "cluster: route an item", slog.String("owner", ot.owner), slog.Any("err", err))
 			if !it.lost {
 				n.stats.dropped[kind].Add(1)
