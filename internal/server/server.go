@@ -499,7 +499,6 @@ type feedReadiness struct {
 // beacon is left, rather than as another node's absence.
 func (in feedReadiness) notReady() error {
 	st := in.feed
-	down := func() error { return fmt.Errorf("the replication stream is down: %s", st.Failure) }
 	if in.cluster {
 		if in.peersErr != nil {
 			if st.Failure != "" && !st.Streaming {
@@ -521,7 +520,7 @@ func (in feedReadiness) notReady() error {
 	case st.Streaming:
 		return nil
 	case st.Failure != "":
-		return down()
+		return fmt.Errorf("the replication stream is down: %s", st.Failure)
 	case st.Leader:
 		return fmt.Errorf("the replication stream is starting")
 	default:
