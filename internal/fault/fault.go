@@ -40,7 +40,7 @@ const (
 	CodeDuplicateSubscription Code = "duplicate_subscription"
 	// CodeTooManySubscriptions (429): the connection holds welcome.limits.max_subscriptions.
 	CodeTooManySubscriptions Code = "too_many_subscriptions"
-	// CodeTooManyConnections (429): a connection limit (per node or per identity) is reached.
+	// CodeTooManyConnections (429): the node's connection limit, or its socket cap, is reached.
 	CodeTooManyConnections Code = "too_many_connections"
 	// CodeRateLimited (429): the connection sends requests faster than the server allows.
 	CodeRateLimited Code = "rate_limited"

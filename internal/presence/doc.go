@@ -9,7 +9,8 @@
 //     and the connection's id (the session makes it), so one person on two devices is two members, and a
 //     connection that tracks a channel again replaces its own meta (a heartbeat that also
 //     updates it) rather than joining twice.
-//   - Meta is at most Config.MaxMetaBytes bytes, refused past it with meta_too_large; a channel
+//   - Meta is at most Config.MaxMetaBytes bytes, refused past it with frame_too_large (field
+//     meta); a channel
 //     holds at most Config.MaxMembers members, and a new member past it is refused with
 //     presence_full (both are *fault.Error, for the protocol to send). A member that is already there may always replace its meta.
 //   - A store that fails is unavailable, a *fault.Error whose Err is the cause: the package logs

@@ -44,8 +44,9 @@ const (
 	// ReasonHistoryExpired: a resume's from is older than the history kept, so the items after
 	// it cannot be replayed.
 	ReasonHistoryExpired Reason = "history_expired"
-	// ReasonStreamReset: the stream was recreated (a channel's new epoch, a new slot):
-	// positions from before it mean nothing now.
+	// ReasonStreamReset: a channel's stream was recreated (a new epoch): positions from
+	// before it mean nothing now. A table's positions are WAL positions, which a new slot
+	// keeps: a table resume its history cannot cover is ReasonHistoryExpired.
 	ReasonStreamReset Reason = "stream_reset"
 	// ReasonPolicyError: a row rule failed to evaluate, so the items were withheld rather than
 	// guessed at.

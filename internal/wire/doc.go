@@ -66,11 +66,11 @@ package wire
 //
 // Version history:
 //
-//	v1  First version. WebSocket subprotocol "herald.v1", SSE under /v1/. Reserved, decoded
-//	    but not yet served: subscribe mode "single" and the ack frame (acknowledged delivery).
-//	    Reserved names, not decoded: track, untrack (client); join, leave, roster (server).
-//	v1  Gained, within v1: snapshots (subscribe's and subscribed's "snapshot", the rows and
-//	    live frames, the codes that end a snapshot).
+//	v1  First version. WebSocket subprotocol "herald.v1", SSE under /v1/. Gained within v1,
+//	    in optional fields and new frames: presence (track, untrack, tracked, untracked, roster,
+//	    join, leave), durable subscriptions (mode "single", durable, ack, forget), snapshots
+//	    (snapshot, rows, live, the codes that end one). docs/PROTOCOL.md, "Version history",
+//	    is the full account.
 const (
 	// Version is the protocol version this package speaks: welcome.v.
 	Version = 1
