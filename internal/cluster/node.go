@@ -632,11 +632,15 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 		return
 	}
 	switch in.data[0] {
-	case kindMessage:
+	case kindMessage, kindLost:
 		m, err := decodeMessage(in.data[1:])
 		if err != nil {
 			n.stats.dropped[KindChannel].Add(1)
-			n.log.Error("cluster: a publication from another node does not decode", slog.String("from", in.from), slog.Any("err", err))
+			n.log.Error("cluster: a publication, or a lost one's report, from another node does not decode", slog.String("from", in.from), slog.Any("err", err))
+			return
+		}
+		if in.data[0] == kindLost {
+			n.cfg.Hub.Lost(m)
 			return
 		}
 		n.stats.received[KindChannel].Add(1)
@@ -663,14 +667,6 @@ func (n *Node) receive(ctx context.Context, in inbound) {
 			n.log.Warn("cluster: route a transaction", slog.String("lsn", txn.CommitLSN.String()), slog.Any("err", err))
 			n.cfg.Tables.Stale(stream.ReasonUpstreamGap)
 		}
-	case kindLost:
-		m, err := decodeMessage(in.data[1:])
-		if err != nil {
-			n.stats.dropped[KindChannel].Add(1)
-			n.log.Error("cluster: a lost publication's report from another node does not decode", slog.String("from", in.from), slog.Any("err", err))
-			return
-		}
-		n.cfg.Hub.Lost(m)
 	case kindPresence:
 		p, err := decodePresence(in.data[1:])
 		if err != nil {
