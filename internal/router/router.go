@@ -312,6 +312,9 @@ type Subscription struct {
 	// Token is the interest token the subscription is filed under among nodes (see
 	// InterestToken).
 	Token string
+	// Unlogged, when set, is a second token the subscription is filed under among nodes
+	// (UnloggedToken): its filter pins a column outside the table's identity key.
+	Unlogged string
 	// Replayed is set when the request's From was inside the history: the changes after it
 	// were routed to the subscription before any live one, and Head is From.
 	Replayed bool
@@ -335,7 +338,9 @@ type Subscription struct {
 // under one token, and the replicator routes each change to the nodes holding a token of its
 // rows: "k:<column>=<key>" when the filter pins one column to one value (filter.IndexKeys with
 // one key), so a change reaches only the nodes that hold that value; "*" otherwise, which
-// every change of the table reaches.
+// every change of the table reaches. A subscription pinning a column outside the identity key
+// is filed under "u:<column>" too (UnloggedToken), which an UPDATE or DELETE that does not log
+// the column's old value reaches.
 
 // AnyToken is the token of a subscription no single value indexes.
 const AnyToken = "*"
@@ -352,8 +357,25 @@ func InterestToken(f *filter.Filter) string {
 	return AnyToken
 }
 
-// Tokens appends the interest tokens a change is routed by to dst: AnyToken, and one per
-// column of its new and old images whose value has an index key. The column types come from
+// UnloggedToken returns the second token a subscription with filter f is filed under, or ""
+// for none: "u:<column>" when the filter pins one column to one value and the column is
+// outside key, the table's identity key. Such a filter is allowed only while the table is
+// REPLICA IDENTITY FULL; should the identity drop, an UPDATE or DELETE no longer logs the
+// column's old value, its "k:" token cannot be named, and the change is routed by this one
+// instead (Tokens), so that the subscription still hears of a row leaving its filter.
+func UnloggedToken(f *filter.Filter, key []string) string {
+	if f == nil {
+		return ""
+	}
+	if col, keys, ok := f.IndexKeys(); ok && len(keys) == 1 && !slices.Contains(key, col) {
+		return "u:" + col
+	}
+	return ""
+}
+
+// Tokens appends the interest tokens a change is routed by to dst: AnyToken, one per column of
+// its new and old images whose value has an index key, and, for an UPDATE or DELETE whose old
+// image leaves a column out (its table's identity is not FULL), that column's UnloggedToken. The column types come from
 // the schema; an error reading it is returned, and the caller must then route the change as
 // if every token matched. So is ErrCatalogBehind when the change has a column the schema does
 // not (a column added since the schema was read, which a subscription on another node, with
@@ -379,6 +401,15 @@ func (r *Router) Tokens(ctx context.Context, e *change.Event, dst []string) ([]s
 						dst = append(dst, tok)
 					}
 				}
+			}
+		}
+	}
+	if e.Op == change.Update || e.Op == change.Delete {
+		for _, c := range info.Columns {
+			// The old image holds e.Key's columns (every column under FULL); an UPDATE that
+			// kept its key has none, its old key being the new one.
+			if !slices.Contains(e.Key, c.Name) {
+				dst = append(dst, "u:"+c.Name)
 			}
 		}
 	}
@@ -580,7 +611,7 @@ func (r *Router) Subscribe(ctx context.Context, req Request) (Subscription, func
 	r.mu.Unlock()
 
 	var once sync.Once
-	sub := Subscription{Head: head, Key: info.Key, Token: InterestToken(f), Replayed: replayed, Routed: accepted, Snapshot: snap,
+	sub := Subscription{Head: head, Key: info.Key, Token: InterestToken(f), Unlogged: UnloggedToken(f, info.Key), Replayed: replayed, Routed: accepted, Snapshot: snap,
 		Replay: func(to stream.Receiver, from stream.Position, txns []history.Txn) {
 			r.replay(e, table, types, to, from, txns)
 		}}

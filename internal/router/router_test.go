@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -447,23 +448,62 @@ func BenchmarkRouteUnderSubscribeChurn(b *testing.B) {
 func TestTokens(t *testing.T) {
 	r := newRouter(t)
 	ctx := context.Background()
-	upd := change.Event{Table: "public.items", Op: change.Update, Before: row(1, "acme", 2), After: row(1, "globex", 2)}
+	full := []string{"id", "org_id", "qty"}
+	upd := change.Event{Table: "public.items", Op: change.Update, Before: row(1, "acme", 2), After: row(1, "globex", 2), Key: full}
 	got, err := r.Tokens(ctx, &upd, nil)
 	if want := []string{AnyToken, "k:id=1", "k:org_id=acme", "k:org_id=globex", "k:qty=2"}; err != nil || !slices.Equal(sorted(got), sorted(want)) {
 		t.Errorf("Tokens(update) = %v, %v; want %v", got, err, want)
+	}
+	// The identity dropped to DEFAULT: the old image holds the key alone, and the columns it
+	// leaves out are named by their unlogged tokens.
+	moved := change.Event{Table: "public.items", Op: change.Update, After: row(1, "globex", 2), Key: []string{"id"}}
+	got, err = r.Tokens(ctx, &moved, nil)
+	if want := []string{AnyToken, "k:id=1", "k:org_id=globex", "k:qty=2", "u:org_id", "u:qty"}; err != nil || !slices.Equal(sorted(got), sorted(want)) {
+		t.Errorf("Tokens(update under DEFAULT) = %v, %v; want %v", got, err, want)
+	}
+	ins := change.Event{Table: "public.items", Op: change.Insert, After: row(4, "acme", 1), Key: []string{"id"}}
+	if got, err := r.Tokens(ctx, &ins, nil); err != nil || slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "u:") }) {
+		t.Errorf("Tokens(insert) = %v, %v; want no unlogged token: an insert has no old image to miss", got, err)
 	}
 	added := change.Event{Table: "public.items", Op: change.Insert,
 		After: append(row(2, "acme", 1), change.Column{Name: "region", Value: json.RawMessage(`"eu"`)})}
 	if got, err := r.Tokens(ctx, &added, nil); !errors.Is(err, ErrCatalogBehind) || !slices.Contains(got, "k:org_id=acme") {
 		t.Errorf("Tokens(a change with a column the schema lacks) = %v, %v; want ErrCatalogBehind beside the tokens it could name", got, err)
 	}
-	del := change.Event{Table: "public.items", Op: change.Delete, Before: append(keyOnly(3), change.Column{Name: "region", Value: json.RawMessage(`"eu"`)})}
+	del := change.Event{Table: "public.items", Op: change.Delete, Before: append(keyOnly(3), change.Column{Name: "region", Value: json.RawMessage(`"eu"`)}), Key: full}
 	if _, err := r.Tokens(ctx, &del, nil); !errors.Is(err, ErrCatalogBehind) {
 		t.Errorf("Tokens(an old image with a column the schema lacks) = %v; want ErrCatalogBehind", err)
 	}
 	trunc := change.Event{Table: "public.items", Op: change.Truncate}
 	if got, err := r.Tokens(ctx, &trunc, nil); err != nil || !slices.Equal(got, []string{AnyToken}) {
 		t.Errorf("Tokens(truncate) = %v, %v; want [%s]", got, err, AnyToken)
+	}
+}
+
+// TestUnloggedToken: a filter pinning one column outside the identity key has a second
+// token; one pinning a key column, or none, has not.
+func TestUnloggedToken(t *testing.T) {
+	for _, tc := range []struct {
+		filter string
+		key    []string
+		want   string
+	}{
+		{`{"eq":["org_id","acme"]}`, []string{"id"}, "u:org_id"},
+		{`{"eq":["id",7]}`, []string{"id"}, ""},
+		{`{"eq":["org_id","acme"]}`, []string{"id", "org_id"}, ""},
+		{`{"gt":["qty",1]}`, []string{"id"}, ""},
+		{"", []string{"id"}, ""},
+	} {
+		var f *filter.Filter
+		if tc.filter != "" {
+			var err error
+			if f, err = filter.Parse(json.RawMessage(tc.filter), schema["public.items"].Columns); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := UnloggedToken(f, tc.key); got != tc.want {
+			t.Errorf("UnloggedToken(%s, key %v) = %q, want %q", tc.filter, tc.key, got, tc.want)
+		}
 	}
 }
 

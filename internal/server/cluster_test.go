@@ -269,6 +269,37 @@ func TestTablesAcrossNodes(t *testing.T) {
 	}
 }
 
+// TestTablesAcrossNodesAfterTheIdentityDropped: a subscription on a follower pinning a column
+// outside the key, made while the table was REPLICA IDENTITY FULL, still hears of a row
+// leaving its filter once the identity is DEFAULT and the UPDATE no longer logs the old
+// value: the change is routed to it by its unlogged token, and it is told to drop the row.
+func TestTablesAcrossNodesAfterTheIdentityDropped(t *testing.T) {
+	url := testenv.NewDatabase(t)
+	testenv.Exec(t, url, itemsDDL, `INSERT INTO items (id, org_id) VALUES (1, 'acme')`)
+	var nodes []*running
+	for _, cfg := range nodesConfig(t, 2) {
+		cfg.Changefeed = feedConfig(t, url)
+		nodes = append(nodes, start(t, cfg))
+	}
+	for _, r := range nodes {
+		waitReady(t, r)
+	}
+	follower := nodes[0]
+	if follower.srv.feed.Stats().Leader {
+		follower = nodes[1]
+	}
+	c, _ := connect(t, follower)
+	tableSub(c, "acme", `{"eq":["org_id","acme"]}`, "")
+	testenv.Exec(t, url, `ALTER TABLE items REPLICA IDENTITY DEFAULT`, `UPDATE items SET org_id = 'globex' WHERE id = 1`)
+	m, err := c.read(20 * time.Second)
+	if err != nil {
+		t.Fatalf("after the row left the filter: %v; want it dropped", err)
+	}
+	if m["type"] != "change" || m["op"] != "leave" || fmt.Sprint(m["old"].(map[string]any)["id"]) != "1" {
+		t.Errorf("after the row left the filter: %v, want a leave of row 1", m)
+	}
+}
+
 // TestPresenceAndSSEAcrossNodes: a member tracked on one node is in the roster and the joins
 // and leaves of a presence subscriber on another; and an SSE stream's commands may be posted
 // to any node.

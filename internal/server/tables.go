@@ -158,6 +158,22 @@ func (t *tables) subscribeSnapshot(ctx context.Context, s stream.Receiver, f ses
 	return ts, nil
 }
 
+// watch files sub's interest under owner among the nodes: its token for identity, and its
+// unlogged token (router.UnloggedToken) when it has one, as a row of its own that counts
+// toward no identity's limit. The function it returns removes both.
+func (t *tables) watch(ctx context.Context, owner string, sub router.Subscription, identity string) (func(), error) {
+	release, err := t.peers.node.Watch(ctx, owner, sub.Token, identity)
+	if err != nil || sub.Unlogged == "" {
+		return release, err
+	}
+	second, err := t.peers.node.Watch(ctx, owner, sub.Unlogged, "")
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return func() { release(); second() }, nil
+}
+
 // shareSnapshot files a snapshot subscription's interest among the nodes, reads its table's
 // mark (every transaction of the table after it reaches this node, as share says), and opens
 // its hand-off with the look-back read from the history the nodes share: the table's
@@ -170,7 +186,7 @@ func (t *tables) subscribeSnapshot(ctx context.Context, s stream.Receiver, f ses
 func (t *tables) shareSnapshot(ctx context.Context, f session.SubscribeRequest, sub router.Subscription, unsubscribe func()) (func(), error) {
 	table := qualified(f.Table)
 	owner := cluster.TableOwner(table)
-	release, err := t.peers.node.Watch(ctx, owner, sub.Token, f.Identity.Subject)
+	release, err := t.watch(ctx, owner, sub, f.Identity.Subject)
 	if err != nil {
 		unsubscribe()
 		return nil, shareError(err)
@@ -253,7 +269,7 @@ func (t *tables) share(ctx context.Context, s stream.Receiver, f session.Subscri
 		table = "public." + table
 	}
 	owner := cluster.TableOwner(table)
-	release, err := t.peers.node.Watch(ctx, owner, sub.Token, f.Identity.Subject)
+	release, err := t.watch(ctx, owner, sub, f.Identity.Subject)
 	if err != nil {
 		unsubscribe()
 		return stream.Position{}, nil, shareError(err)
