@@ -375,11 +375,11 @@ func UnloggedToken(f *filter.Filter, key []string) string {
 
 // Tokens appends the interest tokens a change is routed by to dst: AnyToken, one per column of
 // its new and old images whose value has an index key, and, for an UPDATE or DELETE whose old
-// image leaves a column out (its table's identity is not FULL), that column's UnloggedToken. The column types come from
-// the schema; an error reading it is returned, and the caller must then route the change as
-// if every token matched. So is ErrCatalogBehind when the change has a column the schema does
-// not (a column added since the schema was read, which a subscription on another node, with
-// a newer read, may pin): its token cannot be named.
+// image leaves a column out (its table's identity is not FULL), that column's UnloggedToken.
+// The column types come from the schema; an error reading it is returned, and the caller must
+// then route the change as if every token matched. So is ErrCatalogBehind when the change has
+// a column the schema does not (a column added since the schema was read, which a
+// subscription on another node, with a newer read, may pin): its token cannot be named.
 func (r *Router) Tokens(ctx context.Context, e *change.Event, dst []string) ([]string, error) {
 	dst = append(dst, AnyToken)
 	if e.Op == change.Truncate {
