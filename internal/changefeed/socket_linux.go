@@ -63,7 +63,7 @@ func newSocket(c net.Conn, rx *receiver) net.Conn {
 //     on), on the socket and on an eventfd that a new deadline or Close signals.
 //   - The linger (see receiver): in the middle of a transaction, a read that emptied the socket
 //     is followed by a short sleep, during which the server's sends find nobody waiting.
-//   - Writes (queries before the stream, status updates in it) are non-blocking sendto(2) calls
+//   - Writes (queries before the stream, status updates in it) are non-blocking sendmsg(2) calls
 //     with MSG_NOSIGNAL, waiting in ppoll(2) for room when the socket has none.
 //
 // Deadlines follow net.Conn's rules: an operation past its deadline fails with an error that

@@ -86,10 +86,13 @@
 // which holds every offset the broker handed out; one resuming from a position this node has
 // not handed on yet (its client received it from another node) starts there, and what is on
 // its way up to it is not delivered to it again.
-// A publication in a new epoch (the shared broker lost the stream) is a gap of reason
-// stream_reset from the old epoch's next offset. Verify, which the cluster node runs when the
-// bus between nodes reports a loss, asks the broker for each held channel's head, so a lost
-// publication with nothing after it is reported too, once the order wait passes without it.
+// A publication in a new epoch (the shared broker lost the stream), or a new subscription
+// reading a head in one, is a gap of reason stream_reset from the old epoch's next offset.
+// Verify, which the cluster node runs when the bus between nodes reports a loss, asks the
+// broker for each held channel's head, and Lost, which it calls for a publication that did
+// not reach this hub (the sender could not route it, or Deliver refused it), names one: either
+// way a lost publication with nothing after it is reported too, once the order wait passes
+// without it.
 // The order state lives in the channel's state, under state.mu; its one timer (time.AfterFunc)
 // takes state.mu like a publish, and is stopped when the state is forgotten.
 //

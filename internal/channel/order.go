@@ -84,10 +84,7 @@ func (h *Hub) baseLocked(st *state, sn *subscription, head stream.Position) stre
 		h.resetLocked(st, h.shard(st.name), head.Epoch)
 		if head.Offset > 0 {
 			sn.skipEpoch, sn.skipTo = head.Epoch, head.Offset
-			sq.want = head.Offset
-			if sq.timer == nil {
-				sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
-			}
+			h.expectLocked(st, head.Offset)
 		}
 		return head
 	}
@@ -153,9 +150,7 @@ func (h *Hub) sequenceLocked(st *state, q *queue, it *stream.Item, cost int) {
 			h.flushHeldLocked(st, q, true)
 			return
 		}
-		if sq.timer == nil {
-			sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
-		}
+		h.armLocked(st)
 		return
 	}
 	h.handLocked(st, q, it, cost)
@@ -190,9 +185,21 @@ func (h *Hub) Lost(m *stream.Message) {
 	if sq.next == 0 || m.Pos.Epoch != sq.epoch || m.Pos.Offset < sq.next {
 		return
 	}
-	sq.want = max(sq.want, m.Pos.Offset)
-	if sq.timer == nil {
-		sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
+	h.expectLocked(st, m.Pos.Offset)
+}
+
+// expectLocked makes every offset of the channel's epoch up to last arrive within the order
+// wait, or be reported lost (expire), even with nothing published after it. The caller holds
+// st.mu.
+func (h *Hub) expectLocked(st *state, last uint64) {
+	st.seq.want = max(st.seq.want, last)
+	h.armLocked(st)
+}
+
+// armLocked starts the channel's order wait unless it runs. The caller holds st.mu.
+func (h *Hub) armLocked(st *state) {
+	if st.seq.timer == nil {
+		st.seq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
 	}
 }
 
@@ -222,10 +229,7 @@ func (h *Hub) Verify() {
 				switch {
 				case head.Epoch != sq.epoch:
 				case head.Offset >= sq.next:
-					sq.want = max(sq.want, head.Offset)
-					if sq.timer == nil {
-						sq.timer = time.AfterFunc(h.cfg.OrderWait, func() { h.expire(st) })
-					}
+					h.expectLocked(st, head.Offset)
 				}
 			}
 		}

@@ -297,12 +297,14 @@ func (n *Node) Forward(m *stream.Message) {
 func (n *Node) lose(m *stream.Message) {
 	n.lostMu.Lock()
 	first := len(n.lost) == 0
-	if prev := n.lost[m.Channel]; prev == nil && len(n.lost) >= maxLostChannels {
+	prev, had := n.lost[m.Channel]
+	if !had && len(n.lost) >= maxLostChannels {
 		n.lostMu.Unlock()
 		n.warn.Warn("lose", "cluster: too many channels' lost publications wait to be reported; this one shows as a hole when its channel's next publication arrives",
 			slog.String("channel", m.Channel), slog.Int("channels", maxLostChannels))
 		return
-	} else if prev == nil || prev.Pos.Epoch != m.Pos.Epoch || prev.Pos.Offset < m.Pos.Offset {
+	}
+	if !had || prev.Pos.Epoch != m.Pos.Epoch || prev.Pos.Offset < m.Pos.Offset {
 		if n.lost == nil {
 			n.lost = map[string]*stream.Message{}
 		}

@@ -404,10 +404,11 @@ func (r *Router) Tokens(ctx context.Context, e *change.Event, dst []string) ([]s
 			}
 		}
 	}
-	if e.Op == change.Update || e.Op == change.Delete {
+	// The old image holds e.Key's columns, every column under FULL (then nothing is left out,
+	// and nothing is looked up on the replicator's path per change); an UPDATE that kept its
+	// key has no old image, its old key being the new one.
+	if (e.Op == change.Update || e.Op == change.Delete) && len(e.Key) < len(info.Columns) {
 		for _, c := range info.Columns {
-			// The old image holds e.Key's columns (every column under FULL); an UPDATE that
-			// kept its key has none, its old key being the new one.
 			if !slices.Contains(e.Key, c.Name) {
 				dst = append(dst, "u:"+c.Name)
 			}
